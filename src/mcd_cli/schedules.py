@@ -1,0 +1,89 @@
+"""Per-step sampler parameters: step sizes, annealing schedule, UHA damping and mass matrix.
+
+Each quantity is an `init_*` / apply pair of pure functions over a small pytree of unconstrained
+parameters, mapped through the bounded parameterisations of the paper's appendix:
+
+- step sizes `δ_k = δ_max · σ(MLP(k / K))`, a 2-layer MLP (32 hidden units) of the step index;
+- annealing `β_k = Σ_{k'≤k} σ(b_k') / Σ_{k'≤K} σ(b_k')` (learned) or `β_k = k / K` (fixed);
+- damping `h = 0.98 σ(u) + 0.01`;
+- diagonal mass matrix `M = exp(m)`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+STEP_SIZE_HIDDEN = 32
+
+
+def _logit(p: float) -> float:
+    return float(jnp.log(p) - jnp.log1p(-p))
+
+
+def init_step_size(key: jax.Array, init_step_size: float, max_step_size: float) -> dict:
+    """Step-size MLP whose output is `init_step_size` at every step.
+
+    The output layer starts at zero weight and a bias of `logit(init / max)`, so the schedule
+    starts flat and the hidden layer gets gradients as soon as the output weights move.
+    """
+    w1 = jax.random.normal(key, (1, STEP_SIZE_HIDDEN))
+    return {
+        "w1": w1,
+        "b1": jnp.zeros((STEP_SIZE_HIDDEN,)),
+        "w2": jnp.zeros((STEP_SIZE_HIDDEN, 1)),
+        "b2": jnp.full((1,), _logit(init_step_size / max_step_size)),
+    }
+
+
+def step_sizes(params: dict, steps: int, max_step_size: float) -> jax.Array:
+    """Step sizes `δ_1 … δ_K`, shape `(K,)`, each in `(0, max_step_size)`.
+
+    Example:
+        >>> p = init_step_size(jax.random.key(0), 0.05, 0.25)
+        >>> step_sizes(p, 4, 0.25).round(3).tolist()
+        [0.05, 0.05, 0.05, 0.05]
+    """
+    t = (jnp.arange(1, steps + 1, dtype=jnp.float32) / steps)[:, None]
+    hidden = jax.nn.swish(t @ params["w1"] + params["b1"])
+    out = (hidden @ params["w2"] + params["b2"])[:, 0]
+    return max_step_size * jax.nn.sigmoid(out)
+
+
+def init_schedule(steps: int) -> dict:
+    """Unconstrained schedule parameters, all equal, so the learned schedule starts linear."""
+    return {"b": jnp.zeros((steps,))}
+
+
+def betas(params: dict | None, steps: int) -> jax.Array:
+    """Annealing schedule `β_0 = 0 < β_1 < … < β_K = 1`, shape `(K + 1,)`.
+
+    With `params=None` the schedule is the fixed linear `β_k = k / K`.
+    """
+    if params is None:
+        return jnp.arange(steps + 1, dtype=jnp.float32) / steps
+    increments = jax.nn.sigmoid(params["b"])
+    cumulative = jnp.cumsum(increments)
+    return jnp.concatenate([jnp.zeros((1,)), cumulative / cumulative[-1]])
+
+
+def init_damping(init: float) -> dict:
+    """Damping parameter `u` with `0.98 σ(u) + 0.01 = init`."""
+    return {"u": jnp.asarray(_logit((init - 0.01) / 0.98), dtype=jnp.float32)}
+
+
+def damping(params: dict) -> jax.Array:
+    """Momentum damping `h = 0.98 σ(u) + 0.01 ∈ (0.01, 0.99)`."""
+    return 0.98 * jax.nn.sigmoid(params["u"]) + 0.01
+
+
+def init_mass(dim: int) -> dict:
+    """Diagonal mass matrix starting at the identity."""
+    return {"log_m": jnp.zeros((dim,))}
+
+
+def mass(params: dict | None, dim: int) -> jax.Array:
+    """Diagonal of the mass matrix `M`, shape `(dim,)`; the identity when not learned."""
+    if params is None:
+        return jnp.ones((dim,))
+    return jnp.exp(params["log_m"])

@@ -1,0 +1,115 @@
+"""The `Target`: an unnormalised log density on R^d and the Gaussian the sampler starts from."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import jax.numpy as jnp
+import numpy as np
+
+Array = Any
+LogDensity = Callable[[Array], Array]
+
+
+class TargetError(ValueError):
+    """A target that cannot be used as given. The message is one line: what is wrong and how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Target:
+    """An unnormalised log density `log γ(x)` of one point `x ∈ R^d`, and what surrounds it.
+
+    Attributes:
+        log_density: pure function of one point `x` of shape `(dim,)` returning a scalar, written
+            with `jax.numpy`. May return `-inf` (zero density); never NaN or `+inf`.
+        dim: the dimension `d`.
+        initial_mean: mean of the initial distribution `π0 = N(μ0, diag(σ0²))`, shape `(dim,)`.
+        initial_scale: standard deviations `σ0` of `π0`, shape `(dim,)`.
+        log_z: the true log normalising constant when known, else None.
+        name: short name used in tables and JSON.
+        description: one line saying what the target is.
+        params: the parameters the target was built with (for records).
+        source: where it came from (a path, or "builtin").
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> t = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=3, log_z=1.5 * jnp.log(2 * jnp.pi))
+        >>> t.initial_scale.shape
+        (3,)
+    """
+
+    log_density: LogDensity
+    dim: int
+    initial_mean: np.ndarray
+    initial_scale: np.ndarray
+    log_z: Optional[float] = None
+    name: str = "target"
+    description: str = ""
+    params: dict = dataclasses.field(default_factory=dict)
+    source: str = ""
+
+    @classmethod
+    def create(
+        cls,
+        log_density: LogDensity,
+        dim: int,
+        initial_mean: Any = 0.0,
+        initial_scale: Any = 1.0,
+        log_z: Optional[float] = None,
+        name: str = "target",
+        description: str = "",
+        params: Optional[dict] = None,
+        source: str = "",
+    ) -> "Target":
+        """Builds a target, broadcasting scalar initial mean/scale to `(dim,)` and checking them."""
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
+            raise TargetError(f"dim must be a positive integer, got {dim!r}")
+        dim = int(dim)
+        try:
+            mean = np.broadcast_to(np.asarray(initial_mean, dtype=np.float64), (dim,)).copy()
+            scale = np.broadcast_to(np.asarray(initial_scale, dtype=np.float64), (dim,)).copy()
+        except (ValueError, TypeError) as err:
+            raise TargetError(
+                f"initial mean/scale must be a number or a list of {dim} numbers ({err})"
+            ) from None
+        if not np.all(np.isfinite(mean)):
+            raise TargetError("initial mean must be finite")
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise TargetError("initial scale must be finite and positive")
+        if log_z is not None:
+            try:
+                log_z = float(log_z)
+            except (TypeError, ValueError):
+                raise TargetError(f"log_z must be a number, got {log_z!r}") from None
+        return cls(
+            log_density=log_density,
+            dim=dim,
+            initial_mean=mean,
+            initial_scale=scale,
+            log_z=log_z,
+            name=str(name),
+            description=str(description),
+            params=dict(params or {}),
+            source=str(source),
+        )
+
+    def with_initial(self, mean: Any = None, scale: Any = None) -> "Target":
+        """Returns a copy with a different initial distribution."""
+        return Target.create(
+            self.log_density,
+            self.dim,
+            self.initial_mean if mean is None else mean,
+            self.initial_scale if scale is None else scale,
+            self.log_z,
+            self.name,
+            self.description,
+            self.params,
+            self.source,
+        )
+
+    def initial_log_density(self, x: Array) -> Array:
+        """`log π0(x)` for one point."""
+        from jax.scipy.stats import norm
+
+        return jnp.sum(norm.logpdf(x, self.initial_mean, self.initial_scale))
