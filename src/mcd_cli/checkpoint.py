@@ -1,0 +1,372 @@
+"""Files that must survive crashes: trained parameters, training checkpoints, and JSON-lines results.
+
+A parameter or checkpoint file is an `.npz` archive: one entry per array leaf (`<tree>/<index>`)
+and a `__meta__` entry holding JSON with a format tag and version, what kind of file it is, the
+target it was fitted to (name, dimension, parameters) and the `SamplerConfig`. A file written by
+something else, cut short, or fitted to another target is rejected with a one-line
+`CheckpointError` before any work starts.
+
+Arrays are restored into the pytree structure of a freshly initialised template (the same
+target and settings), so no Python objects are ever unpickled.
+
+Writes are atomic: the archive goes to a temporary file in the destination's directory, is
+flushed to disk, and then replaces the destination with `os.replace`; a crash mid-write leaves
+the previous file intact. Result lines are appended with one `write` on an `O_APPEND` descriptor
+under an exclusive `flock`, so concurrent writers never interleave or truncate lines.
+
+Example:
+    >>> import numpy as np, tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> save_params(os.path.join(d, "p.npz"), {"w": np.ones(2)}, {"target": {"name": "t", "dim": 2}})
+    >>> load_params(os.path.join(d, "p.npz"), {"w": np.zeros(2)})[0]["w"].tolist()
+    [1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+FORMAT = "mcd-cli"
+FORMAT_VERSION = 1
+PARAMS_KIND = "params"
+STATE_KIND = "train-state"
+_META = "__meta__"
+
+try:
+    import fcntl
+except ImportError:  # not on Windows; O_APPEND alone still keeps single writes whole there
+    fcntl = None
+
+
+class CheckpointError(ValueError):
+    """A parameter, checkpoint or output file that cannot be used. The message is one line."""
+
+
+# --------------------------------------------------------------------------------------------
+# Plain files
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Writes `data` to `path` so that readers see either the old file or the whole new one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Appends one line (a newline is added) to `path`, creating it if needed.
+
+    The whole line is written by one `os.write` on a descriptor opened with `O_APPEND`, under an
+    exclusive `flock` where the platform has one, so that processes appending to the same file at
+    the same time (array jobs on a cluster) never interleave their lines, and nothing already in
+    the file is ever truncated.
+    """
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def ensure_writable(path: str | os.PathLike, what: str) -> Path:
+    """Checks, without changing anything, that a file can be written at `path`.
+
+    Used before any training starts, so that a run never fails at the very end because its
+    results have nowhere to go. The check really tries: it opens an existing file for appending,
+    or creates and removes a probe file in the directory (permission bits alone mislead root).
+
+    Raises:
+        CheckpointError: with one line naming the problem and the fix.
+    """
+    p = Path(path)
+    if str(path) == "" or p.is_dir():
+        raise CheckpointError(f"{what} '{path}' is a directory; give a file name")
+    parent = p.parent
+    if not parent.is_dir():
+        raise CheckpointError(
+            f"cannot write {what} '{path}': directory '{parent}' does not exist; create it first"
+        )
+    try:
+        if p.exists():
+            os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
+        else:
+            fd, probe = tempfile.mkstemp(dir=parent, prefix=".mcd-probe-")
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as err:
+        raise CheckpointError(
+            f"cannot write {what} '{path}' ({err.strerror or err}); choose a writable location"
+        ) from None
+    return p
+
+
+def ensure_directory(path: str | os.PathLike, what: str) -> Path:
+    """Creates directory `path` if needed and checks that files can be written in it."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise CheckpointError(f"{what} '{path}' exists and is not a directory; choose another path")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CheckpointError(
+            f"cannot create {what} '{path}' ({err.strerror or err}); choose a writable location"
+        ) from None
+    ensure_writable(p / "probe", what)
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# Pytrees <-> arrays
+
+
+def _is_key(leaf: Any) -> bool:
+    dtype = getattr(leaf, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _flatten(name: str, tree: Any, out: dict, keys: list) -> None:
+    for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
+        entry = f"{name}/{i}"
+        if _is_key(leaf):
+            keys.append(entry)
+            leaf = jax.random.key_data(leaf)
+        out[entry] = np.asarray(leaf)
+
+
+def _restore(name: str, arrays: dict, template: Any, keys: set, path: str) -> Any:
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    found = sum(1 for k in arrays if k.rsplit("/", 1)[0] == name)
+    if found != len(leaves):
+        raise CheckpointError(
+            f"'{path}' holds {found} arrays for '{name}' where this run has {len(leaves)}: "
+            "it was written for other settings; use a file from the same settings"
+        )
+    restored = []
+    for i, like in enumerate(leaves):
+        entry = f"{name}/{i}"
+        value = arrays[entry]
+        if entry in keys:
+            if not _is_key(like):
+                raise CheckpointError(f"'{path}' does not match this run's settings ({entry})")
+            value = jax.random.wrap_key_data(jnp.asarray(value), impl=jax.random.key_impl(like))
+        elif isinstance(like, (bool, np.bool_)):
+            value = bool(value)
+        elif isinstance(like, (int, np.integer)) and not hasattr(like, "shape"):
+            value = int(value)
+        elif isinstance(like, float):
+            value = float(value)
+        else:
+            shape = tuple(np.shape(like))
+            if tuple(value.shape) != shape:
+                raise CheckpointError(
+                    f"'{path}' has an array of shape {tuple(value.shape)} where this run needs "
+                    f"{shape} ({entry}): it was written for other settings"
+                )
+            dtype = getattr(like, "dtype", value.dtype)
+            value = jnp.asarray(value, dtype=dtype)
+        restored.append(value)
+    return jax.tree_util.tree_unflatten(treedef, restored)
+
+
+def _write(path: str | os.PathLike, kind: str, trees: dict, meta: dict) -> None:
+    arrays: dict = {}
+    keys: list = []
+    for name, tree in trees.items():
+        _flatten(name, tree, arrays, keys)
+    header = {"format": FORMAT, "version": FORMAT_VERSION, "kind": kind, "key_leaves": keys}
+    header.update(meta)
+    arrays[_META] = np.frombuffer(json.dumps(header, default=_json_default).encode(), np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def _read(path: str | os.PathLike) -> tuple[dict, dict]:
+    path = str(path)
+    if not os.path.exists(path):
+        raise CheckpointError(f"'{path}' does not exist; check the path")
+    if os.path.isdir(path):
+        raise CheckpointError(f"'{path}' is a directory; give the file that --save wrote")
+    not_ours = (
+        f"'{path}' is not an mcd-cli parameter file (or it is truncated); "
+        "use a file written by 'mcd estimate --save'"
+    )
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if _META not in archive.files:
+                raise CheckpointError(not_ours)
+            meta = json.loads(archive[_META].tobytes().decode("utf-8"))
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise CheckpointError(not_ours)
+            arrays = {k: archive[k] for k in archive.files if k != _META}
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
+        raise CheckpointError(not_ours) from None
+    if meta.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"'{path}' uses file format version {meta.get('version')}, this mcd-cli reads "
+            f"version {FORMAT_VERSION}; refit with this version"
+        )
+    return arrays, meta
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    """The metadata of a parameter or checkpoint file (validates the format first)."""
+    return _read(path)[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Identity checks
+
+
+def target_identity(target: Any) -> dict:
+    """What identifies a target in a file: name, dimension and the parameters it was built with."""
+    return {
+        "name": target.name,
+        "dim": int(target.dim),
+        "params": json.loads(json.dumps(dict(target.params), default=_json_default)),
+    }
+
+
+def check_target(meta: dict, target: Any, path: str) -> None:
+    """Raises CheckpointError unless the file at `path` was written for `target`."""
+    saved = meta.get("target") or {}
+    here = target_identity(target)
+    if saved.get("name") != here["name"] or saved.get("dim") != here["dim"]:
+        raise CheckpointError(
+            f"'{path}' was fitted to target '{saved.get('name')}' (d={saved.get('dim')}), not "
+            f"'{here['name']}' (d={here['dim']}); use a file saved for this target"
+        )
+    if saved.get("params", {}) != here["params"]:
+        raise CheckpointError(
+            f"'{path}' was fitted to {saved.get('name')} with parameters {saved.get('params')}, "
+            f"not {here['params']}; pass the same --param values or refit"
+        )
+
+
+def config_differences(saved: dict, current: Any, ignore: tuple = ()) -> list[str]:
+    """`name=saved (now current)` for each dataclass field of `current` that differs from `saved`."""
+    out = []
+    for field in dataclasses.fields(current):
+        if field.name in ignore:
+            continue
+        now = getattr(current, field.name)
+        if field.name in saved and saved[field.name] != now:
+            out.append(f"{field.name}={saved[field.name]!r} (this run: {now!r})")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters and training state
+
+
+def save_params(path: str | os.PathLike, params: Any, meta: Optional[dict] = None) -> None:
+    """Saves trained sampler parameters atomically, with `meta` (target, sampler config, ...)."""
+    _write(path, PARAMS_KIND, {"params": params}, dict(meta or {}))
+
+
+def load_params(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
+    """Loads parameters into the structure of `template`; also accepts a training checkpoint.
+
+    Returns:
+        (params, meta). Check `meta` against the run (`check_target`) before trusting it.
+    """
+    arrays, meta = _read(path)
+    keys = set(meta.get("key_leaves", ()))
+    return _restore("params", arrays, template, keys, str(path)), meta
+
+
+def _state_fields(state: Any) -> dict:
+    if dataclasses.is_dataclass(state):
+        return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    if hasattr(state, "_asdict"):
+        return dict(state._asdict())
+    raise TypeError(f"cannot checkpoint a {type(state).__name__}")
+
+
+def save_state(path: str | os.PathLike, state: Any, meta: Optional[dict] = None) -> None:
+    """Saves a whole training state (parameters, optimiser state, iteration, key, ...) atomically."""
+    fields = _state_fields(state)
+    meta = dict(meta or {})
+    meta["iteration"] = int(fields.get("iteration", 0))
+    meta["none_fields"] = [name for name, value in fields.items() if value is None]
+    _write(path, STATE_KIND, fields, meta)
+
+
+def load_state(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
+    """Restores a training state saved by `save_state` into the structure of `template`.
+
+    `template` is a freshly initialised state for the same target and settings; fields that were
+    None when saved (e.g. no snapshot yet) come back as None.
+    """
+    arrays, meta = _read(path)
+    if meta.get("kind") != STATE_KIND:
+        raise CheckpointError(
+            f"'{path}' holds trained parameters, not a training checkpoint; use it with --load"
+        )
+    keys = set(meta.get("key_leaves", ()))
+    none_fields = set(meta.get("none_fields", ()))
+    fields = _state_fields(template)
+    restored = {}
+    for name, like in fields.items():
+        if name in none_fields:
+            restored[name] = None
+            continue
+        if like is None:
+            like = fields["params"] if name.endswith("params") else fields.get("opt_state")
+        restored[name] = _restore(name, arrays, like, keys, str(path))
+    if dataclasses.is_dataclass(template):
+        return dataclasses.replace(template, **restored), meta
+    return type(template)(**restored), meta

@@ -1,0 +1,394 @@
+"""What people and pipelines see: rich tables on stdout, JSON records, progress bars on stderr.
+
+Nothing here computes an estimate; the functions take results and turn them into text. A record
+(`record`) is a flat dict with a fixed set of keys (documented in docs/json.md) in which every
+number is finite or `None`: JSON has no NaN, and a NaN is never shown as an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from mcd_cli.estimate import PARETO_K_WARN
+
+
+def finite(value: Any) -> Optional[float]:
+    """`value` as a float when it is a finite number, else None."""
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def to_json(record: dict) -> str:
+    """One JSON line; refuses NaN/inf (records hold None instead)."""
+    return json.dumps(record, allow_nan=False, separators=(", ", ": "))
+
+
+def device_name() -> str:
+    """The JAX device used, e.g. `cpu` or `gpu:NVIDIA H100 80GB HBM3`."""
+    import jax
+
+    device = jax.devices()[0]
+    kind = str(getattr(device, "device_kind", "") or "")
+    platform = str(device.platform)
+    return platform if not kind or kind.lower() == platform else f"{platform}:{kind}"
+
+
+def record(
+    *,
+    target: Any,
+    sconf: Any,
+    tconf: Any,
+    estimates: Sequence[Any],
+    combined: tuple[float, Optional[float]],
+    seed: int,
+    train_seconds: float,
+    estimate_seconds: float,
+    skipped_steps: int,
+    recoveries: int,
+    iterations_run: int,
+    device: str,
+    version: str,
+    precision: str,
+    loaded_from: Optional[str] = None,
+) -> dict:
+    """The JSON record of one `mcd estimate` run (or one cell of `mcd compare`).
+
+    With one repeat, `log_z_stderr` is the delta-method standard error of that estimate; with R
+    repeats, `log_z` is their mean and `log_z_stderr` the standard error of the mean (sd/√R).
+    Diagnostics are averaged over repeats, except `pareto_k` (the worst) and the counts (summed).
+    """
+    log_z, stderr = combined
+    if len(estimates) == 1:
+        stderr = estimates[0].log_z_stderr
+    reference = finite(target.log_z)
+    num_samples = int(sum(e.num_samples for e in estimates) / len(estimates))
+    ess = sum(e.ess for e in estimates) / len(estimates)
+    elbo = sum(e.elbo for e in estimates) / len(estimates)
+    pareto = max(e.pareto_k for e in estimates)
+    return {
+        "target": target.name,
+        "dim": int(target.dim),
+        "target_params": dict(target.params),
+        "label": sconf.label,
+        "sampler": sconf.sampler,
+        "backward": sconf.backward,
+        "steps": int(sconf.steps),
+        "log_z": finite(log_z),
+        "log_z_stderr": finite(stderr),
+        "log_z_repeats": [finite(e.log_z) for e in estimates],
+        "elbo": finite(elbo),
+        "ess": finite(ess),
+        "ess_per_sample": finite(ess / num_samples) if num_samples else None,
+        "pareto_k": finite(pareto),
+        "pareto_k_ok": bool(pareto <= PARETO_K_WARN),
+        "num_samples": num_samples,
+        "nonfinite_weights": int(sum(e.num_nonfinite for e in estimates)),
+        "reference_log_z": reference,
+        "error": finite(log_z - reference) if reference is not None else None,
+        "seed": int(seed),
+        "repeats": len(estimates),
+        "iterations": int(tconf.iterations),
+        "iterations_run": int(iterations_run),
+        "batch_size": int(tconf.batch_size),
+        "lr": float(tconf.lr),
+        "hidden": int(sconf.hidden),
+        "learn_schedule": bool(sconf.learn_schedule),
+        "skipped_steps": int(skipped_steps),
+        "recoveries": int(recoveries),
+        "loaded_from": loaded_from,
+        "train_seconds": round(float(train_seconds), 3),
+        "estimate_seconds": round(float(estimate_seconds), 3),
+        "device": device,
+        "precision": precision,
+        "version": version,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt(value: Optional[float], digits: int = 3) -> str:
+    """A number for a table, or an em dash when it is unknown or not finite."""
+    value = finite(value)
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def fmt_log_z(log_z: Optional[float], stderr: Optional[float]) -> str:
+    if finite(log_z) is None:
+        return "—"
+    return fmt(log_z) if finite(stderr) is None else f"{fmt(log_z)} ± {fmt(stderr)}"
+
+
+def fmt_pareto(k: Optional[float]) -> Text:
+    """k̂, in red with a warning sign when above 0.7 (or when it could not be fitted)."""
+    if finite(k) is None:
+        return Text("— (tail too short to fit)", style="yellow")
+    if k > PARETO_K_WARN:
+        return Text(f"{k:.2f} ⚠ > {PARETO_K_WARN}: unreliable", style="bold red")
+    return Text(f"{k:.2f}", style="green")
+
+
+def warnings_for(rec: dict) -> list[str]:
+    """Plain-text warnings about a record, one line each (shown on stderr)."""
+    out = []
+    k = rec.get("pareto_k")
+    if k is not None and k > PARETO_K_WARN:
+        out.append(
+            f"warning: Pareto k̂ = {k:.2f} > {PARETO_K_WARN} for {rec['label']} K={rec['steps']}: "
+            "the weights are heavy-tailed, so the standard error (and likely the estimate) "
+            "cannot be trusted; train longer or use more steps"
+        )
+    if rec.get("nonfinite_weights"):
+        out.append(
+            f"warning: {rec['nonfinite_weights']} importance weights were NaN or +inf and were "
+            "left out of the estimate"
+        )
+    if rec.get("recoveries"):
+        out.append(
+            f"warning: training recovered from divergence {rec['recoveries']} time(s) "
+            f"({rec['skipped_steps']} updates skipped); the learning rate was halved each time"
+        )
+    return out
+
+
+def estimate_table(rec: dict) -> Table:
+    """The table of one estimate: a column of names and a column of values."""
+    table = Table(
+        title=f"{rec['label']} on {rec['target']} (d = {rec['dim']})",
+        box=box.SIMPLE_HEAD,
+        show_header=False,
+        title_justify="left",
+    )
+    table.add_column("", style="bold")
+    table.add_column("")
+    params = ", ".join(f"{k}={v}" for k, v in rec["target_params"].items())
+    table.add_row("target", f"{rec['target']}  d = {rec['dim']}" + (f"  ({params})" if params else ""))
+    table.add_row(
+        "estimator",
+        f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, "
+        f"K = {rec['steps']} steps",
+    )
+    label = "log Ẑ" if rec["repeats"] == 1 else f"log Ẑ (mean of {rec['repeats']})"
+    table.add_row(label, Text(fmt_log_z(rec["log_z"], rec["log_z_stderr"]), style="bold"))
+    if rec["reference_log_z"] is not None:
+        table.add_row("known log Z", f"{fmt(rec['reference_log_z'])}  (error {rec['error']:+.3f})")
+    else:
+        table.add_row("known log Z", "unknown")
+    table.add_row("ELBO", fmt(rec["elbo"]))
+    ess = rec["ess"]
+    table.add_row(
+        "ESS",
+        "—" if ess is None else f"{ess:.1f} of {rec['num_samples']}  (ESS/N = {rec['ess_per_sample']:.3f})",
+    )
+    table.add_row("Pareto k̂", fmt_pareto(rec["pareto_k"]))
+    if rec["loaded_from"]:
+        training = f"loaded from {rec['loaded_from']}"
+    else:
+        training = (
+            f"{rec['iterations']} iterations × batch {rec['batch_size']}, lr {rec['lr']:g}, "
+            f"{rec['train_seconds']:.1f} s"
+        )
+        if rec["skipped_steps"] or rec["recoveries"]:
+            training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
+    table.add_row("training", training)
+    estimation = f"{rec['num_samples']} samples, {rec['estimate_seconds']:.1f} s"
+    if rec["nonfinite_weights"]:
+        estimation += f"  ({rec['nonfinite_weights']} non-finite weights left out)"
+    table.add_row("estimation", estimation)
+    table.add_row("seed", str(rec["seed"]) + (f"  ({rec['repeats']} repeats)" if rec["repeats"] > 1 else ""))
+    table.add_row("device", f"{rec['device']}, {rec['precision']}")
+    return table
+
+
+def compare_table(records: Sequence[dict]) -> Table:
+    """The paper's layout: one row per setting, log Ẑ as mean ± standard error over repeats."""
+    first = records[0]
+    repeats = first["repeats"]
+    title = f"{first['target']} (d = {first['dim']})"
+    if first["reference_log_z"] is not None:
+        title += f", known log Z = {fmt(first['reference_log_z'])}"
+    title += f"; {repeats} repeat{'s' if repeats != 1 else ''}, {first['num_samples']} samples"
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("estimator")
+    table.add_column("K", justify="right")
+    table.add_column("log Ẑ", justify="right")
+    if first["reference_log_z"] is not None:
+        table.add_column("error", justify="right")
+    table.add_column("ELBO", justify="right")
+    table.add_column("ESS/N", justify="right")
+    table.add_column("k̂", justify="right")
+    table.add_column("train s", justify="right")
+    table.add_column("est. s", justify="right")
+    for rec in records:
+        row = [rec["label"], str(rec["steps"]), fmt_log_z(rec["log_z"], rec["log_z_stderr"])]
+        if first["reference_log_z"] is not None:
+            row.append("—" if rec["error"] is None else f"{rec['error']:+.3f}")
+        k = rec["pareto_k"]
+        k_text = Text("—" if k is None else f"{k:.2f}", style="red" if k is None or k > PARETO_K_WARN else "")
+        row += [
+            fmt(rec["elbo"]),
+            fmt(rec["ess_per_sample"]),
+            k_text,
+            f"{rec['train_seconds']:.1f}",
+            f"{rec['estimate_seconds']:.1f}",
+        ]
+        table.add_row(*row)
+    return table
+
+
+def targets_table(rows: Iterable[dict]) -> Table:
+    """The bundled targets: name, d, known log Z, description, path."""
+    table = Table(title="Bundled targets", box=box.SIMPLE_HEAD, title_justify="left")
+    for name, justify in (("name", "left"), ("d", "right"), ("log Z", "right"), ("description", "left"), ("path", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for row in rows:
+        table.add_row(
+            str(row["name"]),
+            "—" if row.get("dim") is None else str(row["dim"]),
+            fmt(row.get("log_z")) if row.get("log_z") is not None else "unknown",
+            str(row.get("description") or ""),
+            str(row.get("path") or ""),
+        )
+    return table
+
+
+def check_table(target: Any, result: Any) -> Table:
+    """The validation report of `targets.check`: one row per property, then problems and warnings."""
+    n = result.num_points
+    table = Table(
+        title=f"check: {target.name} (d = {target.dim}), {n} points from the initial distribution",
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+    )
+    table.add_column("")
+    table.add_column("check")
+    table.add_column("result", overflow="fold")
+
+    def row(ok: Optional[bool], name: str, detail: str) -> None:
+        mark = {True: Text("✓", style="green"), False: Text("✗", style="bold red"), None: Text("!", style="yellow")}[ok]
+        table.add_row(mark, name, detail)
+
+    row(result.scalar_output, "output", "one scalar per point" if result.scalar_output else "not one scalar per point")
+    row(
+        result.num_nan == 0 and result.num_pos_inf == 0,
+        "values",
+        f"{result.num_finite} finite, {result.num_neg_inf} -inf, {result.num_nan} NaN, {result.num_pos_inf} +inf",
+    )
+    row(result.gradients_finite, "gradients", "finite wherever the density is" if result.gradients_finite else f"{result.num_bad_gradients} non-finite (or not computable)")
+    row(result.jit_ok, "jax.jit", "compiles" if result.jit_ok else "fails")
+    row(result.vmap_ok, "jax.vmap", "batches" if result.vmap_ok else "fails")
+    if result.seconds_per_gradient is not None:
+        compile_s = "" if result.compile_seconds is None else f"compile {result.compile_seconds:.2f} s, "
+        row(True, "speed", f"{compile_s}{result.seconds_per_gradient * 1e6:.1f} µs per value and gradient")
+    row(True if target.log_z is not None else None, "known log Z", fmt(target.log_z) if target.log_z is not None else "unknown")
+    for problem in result.problems:
+        row(False, "problem", problem)
+    for warning in result.warnings:
+        row(None, "warning", warning)
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# Consoles and progress
+
+
+def stdout_console() -> Console:
+    """Console for results: wide enough for the tables even when stdout is a pipe or a file."""
+    if sys.stdout.isatty():
+        return Console(soft_wrap=False)
+    return Console(width=120, soft_wrap=False, force_terminal=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, soft_wrap=True)
+
+
+class ProgressDisplay:
+    """Progress bars on stderr for training and estimation, or nothing at all.
+
+    Enabled only when stderr is a terminal and neither --quiet nor --json was given; when
+    disabled every callback is a no-op, so the caller never needs to check.
+
+    Example:
+        >>> with ProgressDisplay(enabled=False) as p:
+        ...     cb = p.training("train", total=10, start=0)
+        ...     cb(0, -1.5)
+    """
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._progress: Optional[Progress] = None
+
+    def __enter__(self) -> "ProgressDisplay":
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=stderr_console(),
+                transient=True,
+            )
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def training(self, description: str, total: int, start: int = 0) -> Callable[[int, float], None]:
+        """`callback(iteration, elbo)` for `training.fit`."""
+        if self._progress is None:
+            return lambda iteration, elbo: None
+        progress = self._progress
+        task = progress.add_task(description, total=total, completed=start, info="", rate="")
+
+        def callback(iteration: int, elbo: float) -> None:
+            speed = next((t.speed for t in progress.tasks if t.id == task), None)
+            progress.update(
+                task,
+                completed=iteration + 1,
+                info=f"ELBO {elbo:.3f}" if math.isfinite(elbo) else "ELBO (skipped)",
+                rate=f"{speed:.1f} it/s" if speed else "",
+            )
+
+        return callback
+
+    def estimation(self, description: str, total: int) -> Callable[[int, int], None]:
+        """`callback(done, total)` for `estimate.estimate`."""
+        if self._progress is None:
+            return lambda done, total: None
+        progress = self._progress
+        task = progress.add_task(description, total=total, info="", rate="")
+
+        def callback(done: int, total: int) -> None:
+            progress.update(task, completed=done)
+
+        return callback

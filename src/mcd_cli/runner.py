@@ -1,0 +1,417 @@
+"""One run, start to finish: check the plan, fit (or load), estimate, and build the record.
+
+`cli.py` parses options into a `RunPlan`; `validate` fails fast on everything that can be known
+before training (paths that cannot be written, files that do not match, memory that is not
+there); `execute` does the work. Keys come from one root seed: repeat `r` uses
+`fold_in(key(seed), r)`, split into an initialisation key and an estimation key, so a run that
+loads saved parameters estimates with exactly the random numbers of the run that trained them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import jax
+
+from mcd_cli import checkpoint, report, samplers
+from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.estimate import AllWeightsNonFinite, combine, estimate
+from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_update
+
+DEFAULT_CHUNK = 1024
+
+
+class UsageProblem(ValueError):
+    """Input that cannot work (exit code 2). The message is one line: the problem and the fix."""
+
+
+class RunFailed(RuntimeError):
+    """A run that started but could not produce an answer (exit code 1). One-line message."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C (or SIGTERM) during training; the state was saved at `path` (None if it could not be)."""
+
+    def __init__(self, path: Optional[Path], iteration: int, total: int, reason: str = ""):
+        super().__init__(f"interrupted at iteration {iteration} of {total}")
+        self.path, self.iteration, self.total, self.reason = path, iteration, total, reason
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """Everything one `mcd estimate` run (or one `mcd compare` cell) does."""
+
+    target: Any
+    sconf: SamplerConfig
+    tconf: TrainConfig
+    num_samples: int = 16_384
+    seed: int = 0
+    repeats: int = 1
+    chunk_size: int = DEFAULT_CHUNK
+    load: Optional[Path] = None
+    save: Optional[Path] = None
+    output: Optional[Path] = None
+    checkpoint_dir: Optional[Path] = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    x64: bool = False
+
+    def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
+        return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as _version
+
+        return _version("mcd-cli")
+    except Exception:
+        from mcd_cli import __version__
+
+        return __version__
+
+
+def sampler_config_from_file(meta: dict, path: Path) -> SamplerConfig:
+    """The `SamplerConfig` a parameter file was trained with."""
+    saved = meta.get("sampler_config")
+    if not isinstance(saved, dict):
+        raise UsageProblem(f"'{path}' does not record its sampler settings; refit and --save again")
+    known = {f.name for f in dataclasses.fields(SamplerConfig)}
+    try:
+        return SamplerConfig(**{k: v for k, v in saved.items() if k in known})
+    except (TypeError, ValueError) as err:
+        raise UsageProblem(f"'{path}' holds sampler settings this version cannot use ({err})") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Memory
+
+
+def available_memory() -> Optional[int]:
+    """Bytes the run may still allocate on its device (host RAM on CPU), or None if unknown."""
+    device = jax.devices()[0]
+    if device.platform != "cpu":
+        try:
+            stats = device.memory_stats() or {}
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        except Exception:
+            return None
+    return host_memory()
+
+
+def host_memory() -> Optional[int]:
+    """Available host RAM: MemAvailable, capped by a cgroup (container, batch job) limit."""
+    candidates = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    candidates.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        try:
+            candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 1 << 60:
+            candidates.append(int(limit) - usage)
+    return min(candidates) if candidates else None
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def memory_needed(plan: RunPlan) -> dict[str, float]:
+    """A generous estimate, in bytes, of the largest allocations of the run.
+
+    Training keeps every step of every particle of the batch for backpropagation (the paper's
+    stated limitation): about `batch × (K + 1) × state × 6` numbers, plus the score network's
+    activations; `remat` reduces the stored steps to about `2√K`. Parameters (roughly counted:
+    the score network's layers and the per-step schedules) are counted with their gradients,
+    Adam moments and the recovery snapshot.
+    """
+    target, s, t = plan.target, plan.sconf, plan.tconf
+    itemsize = 8 if plan.x64 else 4
+    state = target.dim * (2 if s.sampler == "uha" else 1)
+    # About as many parameters as the residual score network and the per-step schedules have.
+    param_count = 4.0 * target.dim + 40.0 * s.steps
+    if s.backward == "mcd":
+        param_count += 2.0 * state * s.hidden + 5.0 * s.blocks * s.hidden * (s.hidden + s.time_dim)
+    stored_steps = 2 * math.ceil(math.sqrt(s.steps)) if s.remat else s.steps
+    per_step = 6 * state + (10 * s.hidden * s.blocks + s.time_dim if s.backward == "mcd" else 0)
+    training = 0.0
+    if plan.load is None and t.iterations > 0:
+        training = float(t.batch_size) * (stored_steps + 1) * per_step * itemsize
+    chunk = min(plan.chunk_size, plan.num_samples)
+    estimation = float(chunk) * per_step * itemsize * 2
+    return {
+        "training": training,
+        "estimation": estimation,
+        "parameters": 8.0 * param_count * itemsize,
+        "host": 8.0 * plan.num_samples + 8.0 * t.iterations,
+    }
+
+
+def check_memory(plan: RunPlan, available: Optional[int]) -> None:
+    """Raises UsageProblem when the run clearly cannot fit in memory (before anything starts)."""
+    if available is None:
+        return
+    need = memory_needed(plan)
+    total = max(need["training"], need["estimation"]) + need["parameters"] + need["host"]
+    if total <= available:
+        return
+    s, t = plan.sconf, plan.tconf
+    have = f"about {_bytes(max(available, 0))} is available"
+    if need["host"] > available / 2:
+        raise UsageProblem(
+            f"not enough memory: {plan.num_samples} samples and {t.iterations} iterations need about "
+            f"{_bytes(need['host'])} but {have}; lower --samples or --iterations"
+        )
+    if need["training"] >= need["estimation"] and need["training"] > need["parameters"]:
+        raise UsageProblem(
+            f"not enough memory: training needs about {_bytes(need['training'])} (batch "
+            f"{t.batch_size} × {s.steps + 1} steps × d = {plan.target.dim}) but {have}; lower "
+            "--batch-size or --steps, add --remat, or use a smaller dimension"
+        )
+    if need["parameters"] >= need["estimation"]:
+        raise UsageProblem(
+            f"not enough memory: the sampler's parameters need about {_bytes(need['parameters'])} "
+            f"(K = {s.steps} steps, hidden {s.hidden}, d = {plan.target.dim}) but {have}; lower "
+            "--steps, --hidden or the dimension"
+        )
+    raise UsageProblem(
+        f"not enough memory: estimation needs about {_bytes(need['estimation'])} (K = {s.steps} "
+        f"steps, d = {plan.target.dim}) but {have}; lower --steps or use a smaller dimension"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Validation before any work
+
+
+def _file_meta(plan: RunPlan) -> dict:
+    return {
+        "target": checkpoint.target_identity(plan.target),
+        "sampler_config": dataclasses.asdict(plan.sconf),
+        "train_config": dataclasses.asdict(plan.tconf),
+        "seed": int(plan.seed),
+        "x64": bool(plan.x64),
+        "mcd_cli_version": version(),
+    }
+
+
+def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None:
+    """Raises CheckpointError unless the checkpoint at `path` belongs to this run."""
+    checkpoint.check_target(meta, plan.target, str(path))
+    differences = checkpoint.config_differences(meta.get("sampler_config", {}), plan.sconf)
+    differences += checkpoint.config_differences(
+        meta.get("train_config", {}), plan.tconf, ignore=("iterations",)
+    )
+    if meta.get("seed") != plan.seed:
+        differences.append(f"seed={meta.get('seed')!r} (this run: {plan.seed!r})")
+    if meta.get("repeat", repeat) != repeat:
+        differences.append(f"repeat={meta.get('repeat')!r} (this run: {repeat})")
+    if differences:
+        raise checkpoint.CheckpointError(
+            f"checkpoint '{path}' was written by a run with {', '.join(differences[:3])}; "
+            "resume with the same settings or use another --checkpoint directory"
+        )
+
+
+def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool = True) -> None:
+    """Everything that can fail before training, checked before training.
+
+    Raises:
+        UsageProblem / CheckpointError: one line naming the problem and the fix.
+    """
+    if plan.num_samples < 1:
+        raise UsageProblem(f"--samples must be at least 1, got {plan.num_samples}")
+    if plan.repeats < 1:
+        raise UsageProblem(f"--repeats must be at least 1, got {plan.repeats}")
+    if plan.checkpoint_every < 0:
+        raise UsageProblem(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
+    if plan.save is not None and plan.repeats > 1:
+        raise UsageProblem(
+            "--save stores one trained sampler: use --repeats 1 with --save (then --load it "
+            "with --repeats R to estimate R times)"
+        )
+    if plan.load is not None and (plan.checkpoint_dir is not None or plan.resume):
+        raise UsageProblem("--load skips training, so --checkpoint/--resume do not apply; drop one")
+    if plan.resume and plan.checkpoint_dir is None:
+        raise UsageProblem("--resume needs --checkpoint DIR (the directory the run saved to)")
+    if plan.output is not None:
+        checkpoint.ensure_writable(plan.output, "--output file")
+    if plan.save is not None:
+        checkpoint.ensure_writable(plan.save, "--save file")
+    if plan.load is not None:
+        meta = checkpoint.read_meta(plan.load)
+        checkpoint.check_target(meta, plan.target, str(plan.load))
+        differences = checkpoint.config_differences(meta.get("sampler_config", {}), plan.sconf)
+        if differences:
+            raise checkpoint.CheckpointError(
+                f"'{plan.load}' was trained with {', '.join(differences[:3])}; drop those options "
+                "(the file's settings are used) or refit"
+            )
+    if plan.checkpoint_dir is not None:
+        checkpoint.ensure_directory(plan.checkpoint_dir, "--checkpoint directory")
+        for repeat in range(plan.repeats):
+            path = plan.state_path(repeat)
+            if not path.exists():
+                continue
+            meta = checkpoint.read_meta(path)
+            if not plan.resume:
+                raise UsageProblem(
+                    f"'{plan.checkpoint_dir}' already holds a checkpoint (iteration "
+                    f"{meta.get('iteration')}); add --resume to continue it, or choose an empty "
+                    "--checkpoint directory"
+                )
+            check_state_meta(plan, meta, path, repeat)
+    if check_mem:
+        check_memory(plan, available if available is not None else available_memory())
+
+
+# --------------------------------------------------------------------------------------------
+# Execution
+
+
+@dataclasses.dataclass
+class _Totals:
+    estimates: list = dataclasses.field(default_factory=list)
+    train_seconds: float = 0.0
+    estimate_seconds: float = 0.0
+    skipped: int = 0
+    recoveries: int = 0
+    iterations_run: int = 0
+
+
+def default_interrupt_dir(plan: RunPlan) -> Path:
+    """Where Ctrl-C saves training when no --checkpoint directory was given."""
+    return Path(f"mcd-checkpoint-{plan.target.name}-seed{plan.seed}")
+
+
+def _save_interrupted(plan: RunPlan, state: Any, repeat: int) -> tuple[Optional[Path], str]:
+    directory = plan.checkpoint_dir or default_interrupt_dir(plan)
+    try:
+        checkpoint.ensure_directory(directory, "checkpoint directory")
+        path = plan.state_path(repeat, directory)
+        checkpoint.save_state(path, state, {**_file_meta(plan), "repeat": repeat})
+        return Path(directory), ""
+    except (OSError, checkpoint.CheckpointError) as err:
+        return None, str(err)
+
+
+def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: report.ProgressDisplay, update):
+    target, s, t = plan.target, plan.sconf, plan.tconf
+    state = init_train_state(key, target, s, t)
+    path = plan.state_path(repeat) if plan.checkpoint_dir is not None else None
+    if path is not None and plan.resume and path.exists():
+        state, _ = checkpoint.load_state(path, state)
+    on_checkpoint = None
+    if path is not None:
+        meta = {**_file_meta(plan), "repeat": repeat}
+
+        def on_checkpoint(st):
+            checkpoint.save_state(path, st, meta)
+
+    label = "training" if plan.repeats == 1 else f"training {repeat + 1}/{plan.repeats}"
+    callback = progress.training(label, total=t.iterations, start=state.iteration)
+    start = state.iteration
+    try:
+        result = fit(
+            state,
+            target,
+            s,
+            t,
+            callback=callback,
+            checkpoint_every=plan.checkpoint_every if path is not None else 0,
+            on_checkpoint=on_checkpoint,
+            update=update,
+        )
+    except TrainingInterrupted as interrupted:
+        saved, reason = _save_interrupted(plan, interrupted.state, repeat)
+        raise Interrupted(saved, interrupted.state.iteration, t.iterations, reason) from None
+    return result, result.state.iteration - start
+
+
+def execute(plan: RunPlan, progress: Optional[report.ProgressDisplay] = None) -> dict:
+    """Fits (or loads) and estimates `plan.repeats` times; returns the JSON record.
+
+    Raises:
+        Interrupted: Ctrl-C during training (the state was saved).
+        RunFailed: the estimate could not be made (no finite weight, non-finite result).
+        TrainingDiverged: training failed beyond recovery.
+    """
+    progress = progress or report.ProgressDisplay(enabled=False)
+    target, s, t = plan.target, plan.sconf, plan.tconf
+    root = jax.random.key(plan.seed)
+    totals = _Totals()
+    loaded = None
+    if plan.load is not None:
+        template = samplers.init_params(root, target, s)
+        loaded, meta = checkpoint.load_params(plan.load, template)
+        t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
+    update = make_update(target, s, t) if loaded is None and t.iterations > 0 else None
+    for repeat in range(plan.repeats):
+        key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))
+        if loaded is not None:
+            params = loaded
+        else:
+            result, ran = _train(plan, key_init, repeat, progress, update)
+            params = result.state.params
+            totals.train_seconds += result.seconds
+            totals.skipped += result.skipped
+            totals.recoveries += result.recoveries
+            totals.iterations_run += ran
+            if plan.save is not None:
+                checkpoint.save_params(plan.save, params, _file_meta(plan))
+        label = "estimating" if plan.repeats == 1 else f"estimating {repeat + 1}/{plan.repeats}"
+        callback = progress.estimation(label, total=plan.num_samples)
+        t0 = time.perf_counter()
+        try:
+            est = estimate(
+                key_estimate, params, target, s, plan.num_samples, plan.chunk_size, callback=callback
+            )
+        except AllWeightsNonFinite as err:
+            raise RunFailed(str(err)) from None
+        totals.estimate_seconds += time.perf_counter() - t0
+        if not math.isfinite(est.log_z):
+            raise RunFailed(
+                f"the log Z estimate is {est.log_z}: the weights are degenerate; train longer, use "
+                "more steps, or check the target with `mcd check`"
+            )
+        totals.estimates.append(est)
+    return report.record(
+        target=target,
+        sconf=s,
+        tconf=t,
+        estimates=totals.estimates,
+        combined=combine([e.log_z for e in totals.estimates]),
+        seed=plan.seed,
+        train_seconds=totals.train_seconds,
+        estimate_seconds=totals.estimate_seconds,
+        skipped_steps=totals.skipped,
+        recoveries=totals.recoveries,
+        iterations_run=totals.iterations_run,
+        device=report.device_name(),
+        version=version(),
+        precision="float64" if plan.x64 else "float32",
+        loaded_from=str(plan.load) if plan.load is not None else None,
+    )

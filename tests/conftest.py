@@ -1,0 +1,99 @@
+"""Shared small fixtures: tiny targets and settings, and two ways to run `mcd`.
+
+Compilation dominates the cost of these tests, so the settings are tiny (d = 2, K = 2, a few
+iterations, 64 samples) and most runs use `--iterations 0` (no training step to compile).
+Subprocesses share a persistent JAX compilation cache for the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mcd_cli.cli import app
+
+# Tiny settings: one compiled estimation of d = 2, K = 2 with AIS (no score network).
+TINY = ["--steps", "2", "--hidden", "4", "--batch-size", "8", "--samples", "64", "--backward", "ais"]
+NO_TRAIN = TINY + ["--iterations", "0"]
+
+GAUSS_YAML = """\
+name: tiny_gauss
+description: "N(1, I) in d = 2, initial N(0, I); log Z = 0"
+family: normal
+params: {dim: 2, loc: 1.0}
+initial: {mean: 0.0, scale: 1.0}
+"""
+
+
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("jax-cache")
+
+
+@pytest.fixture
+def gauss_yaml(tmp_path) -> Path:
+    """A 2-d Gaussian target file with log Z = 0."""
+    path = tmp_path / "tiny_gauss.yaml"
+    path.write_text(GAUSS_YAML)
+    return path
+
+
+def invoke(args, input=None):
+    """Runs `mcd ARGS` in this process; returns (exit_code, stdout, stderr)."""
+    result = CliRunner().invoke(app, [str(a) for a in args], input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def mcd():
+    return invoke
+
+
+def subprocess_env(cache: Path) -> dict:
+    env = dict(os.environ)
+    env.update(
+        JAX_COMPILATION_CACHE_DIR=str(cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        JAX_PLATFORMS="cpu",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("MCD_DEBUG", None)
+    return env
+
+
+@pytest.fixture
+def mcd_process(compile_cache):
+    """`mcd_process(args, cwd=..., **popen_kwargs)` starts `python -m mcd_cli ARGS` (a Popen)."""
+
+    def start(args, cwd=None, **kwargs):
+        return subprocess.Popen(
+            [sys.executable, "-m", "mcd_cli", *[str(a) for a in args]],
+            cwd=cwd,
+            env=subprocess_env(compile_cache),
+            stdout=kwargs.pop("stdout", subprocess.PIPE),
+            stderr=kwargs.pop("stderr", subprocess.PIPE),
+            text=True,
+            **kwargs,
+        )
+
+    return start
+
+
+def records(stdout: str) -> list[dict]:
+    """The JSON objects of a --json run's stdout (every line must parse)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def one_line_error(stderr: str) -> str:
+    """The stderr of a rejected run: exactly one line, and no traceback."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, stderr
+    return lines[0]
