@@ -1,0 +1,96 @@
+"""The optional fields a target file may set besides its density: initial, log_z, name, description.
+
+Python files and YAML files accept the same fields with the same meaning, so both loaders check
+them here and build the `Target` the same way.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Mapping, Optional
+
+from mcd_cli.targets.base import LogDensity, Target, TargetError
+
+INITIAL_KEYS = ("mean", "scale")
+
+
+def _number_or_list(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Real):
+        return True
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value
+    )
+
+
+def parse_initial(value: Any, display: str) -> tuple[Any, Any]:
+    """`initial: {mean: ..., scale: ...}` (each a number or a list of dim numbers) -> (mean, scale).
+
+    Missing keys default to mean 0 and scale 1 (the standard normal).
+    """
+    if value is None:
+        return 0.0, 1.0
+    if not isinstance(value, Mapping):
+        raise TargetError(
+            f"{display}: initial must be a mapping with keys mean and scale, e.g. {{mean: 0, scale: 3}}"
+        )
+    for key in value:
+        if key not in INITIAL_KEYS:
+            raise TargetError(f"{display}: unknown key {key!r} in initial; allowed keys: mean, scale")
+    mean, scale = value.get("mean", 0.0), value.get("scale", 1.0)
+    for key, v in (("mean", mean), ("scale", scale)):
+        if not _number_or_list(v):
+            raise TargetError(f"{display}: initial {key} must be a number or a list of numbers, got {v!r}")
+    return mean, scale
+
+
+def parse_log_z(value: Any, display: str) -> Optional[float]:
+    """A known log Z must be a finite number (or absent)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value or abs(value) == float("inf"):
+        raise TargetError(f"{display}: log_z must be a finite number, got {value!r}")
+    return float(value)
+
+
+def parse_text(value: Any, key: str, display: str) -> Optional[str]:
+    """`name` and `description` are strings (or absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TargetError(f"{display}: {key} must be a string, got {value!r}")
+    return value
+
+
+def build(
+    log_density: LogDensity,
+    dim: Any,
+    display: str,
+    *,
+    initial: Any = None,
+    log_z: Any = None,
+    name: Any = None,
+    description: Any = None,
+    default_name: str = "target",
+    params: Optional[Mapping[str, Any]] = None,
+    source: str = "",
+) -> Target:
+    """Checks the fields and builds the `Target`; every error message starts with `display`."""
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim <= 0:
+        raise TargetError(f"{display}: dim must be a positive integer, got {dim!r}")
+    mean, scale = parse_initial(initial, display)
+    try:
+        return Target.create(
+            log_density,
+            int(dim),
+            initial_mean=mean,
+            initial_scale=scale,
+            log_z=parse_log_z(log_z, display),
+            name=parse_text(name, "name", display) or default_name,
+            description=(parse_text(description, "description", display) or "").strip(),
+            params=dict(params or {}),
+            source=source,
+        )
+    except TargetError as err:
+        raise TargetError(f"{display}: {err}") from None

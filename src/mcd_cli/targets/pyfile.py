@@ -1,0 +1,191 @@
+"""Loading a target from a Python file.
+
+The file is imported from its path as a module under a unique name (never `eval` of strings), with
+its folder on `sys.path` while it runs, so that it can import helper modules next to it. It defines
+either
+
+* module-level `dim` and `log_density(x)`, and optionally `log_z`, `initial`, `name`,
+  `description` (default: the first line of the module docstring); or
+* `make_target(**params)`, whose keyword defaults declare parameters settable as `key=value`, and
+  which returns a dict with the same keys (or a `Target`).
+
+Every failure is a `TargetError` with a one-line message naming the file (and line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import itertools
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator, Mapping, Optional
+
+from mcd_cli.targets.base import Target, TargetError
+from mcd_cli.targets.fields import build
+from mcd_cli.targets.params import bind_params, declared_params
+from mcd_cli.targets.validate import one_line, probe, where
+
+RESULT_KEYS = ("log_density", "dim", "log_z", "initial", "name", "description")
+
+_counter = itertools.count()
+
+
+@contextlib.contextmanager
+def _folder_on_path(folder: Path) -> Iterator[None]:
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(entry)
+
+
+def _import(path: Path, display: str) -> ModuleType:
+    try:
+        source = path.read_bytes()
+    except OSError as err:
+        raise TargetError(f"cannot read {display}: {err.strerror or err}") from None
+    if b"\0" in source:
+        raise TargetError(f"{display} is not a Python file (it holds binary data)")
+    try:
+        compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as err:
+        raise TargetError(f"{display} line {err.lineno}: syntax error: {err.msg}") from None
+    except ValueError as err:
+        raise TargetError(f"{display} is not a Python file ({err})") from None
+    stem = re.sub(r"\W", "_", path.stem)
+    module_name = f"_mcd_target_{stem}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"{display} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as err:
+        sys.modules.pop(module_name, None)
+        raise TargetError(
+            f"{where(display, err, [path])}: cannot import module {err.name!r}; install it, or put "
+            f"{err.name}.py next to the target file"
+        ) from None
+    except SyntaxError as err:
+        sys.modules.pop(module_name, None)
+        raise TargetError(
+            f"{err.filename} line {err.lineno}: syntax error: {err.msg} (imported by {display})"
+        ) from None
+    except (Exception, SystemExit) as err:  # the user's module may raise anything while importing
+        sys.modules.pop(module_name, None)
+        raise TargetError(f"{where(display, err, [path])}: error while importing the file: {one_line(err)}") from None
+    return module
+
+
+def _from_make_target(module: ModuleType, params: Mapping[str, Any], display: str, path: Path) -> tuple[dict, dict]:
+    make_target = module.make_target
+    bound = bind_params(declared(module, display), params, display)
+    try:
+        result = make_target(**bound)
+    except TargetError as err:
+        raise TargetError(f"{display}: {err}") from None
+    except Exception as err:  # the user's function may raise anything
+        raise TargetError(f"{where(display, err, [path])}: make_target raised {one_line(err)}") from None
+    if isinstance(result, Target):
+        fields = {k: getattr(result, k) for k in ("log_density", "dim", "log_z", "name", "description")}
+        fields["initial"] = {"mean": result.initial_mean.tolist(), "scale": result.initial_scale.tolist()}
+        return fields, bound
+    if not isinstance(result, Mapping):
+        raise TargetError(
+            f"{display}: make_target must return a dict with keys {', '.join(RESULT_KEYS)} (or a Target), "
+            f"got {type(result).__name__}"
+        )
+    for key in result:
+        if key not in RESULT_KEYS:
+            raise TargetError(
+                f"{display}: unknown key {key!r} returned by make_target; allowed keys: {', '.join(RESULT_KEYS)}"
+            )
+    return dict(result), bound
+
+
+def import_file(path: Path, display: Optional[str] = None) -> ModuleType:
+    """Imports a Python target file as a module (its folder on `sys.path` while it runs)."""
+    path = Path(path).resolve()
+    with _folder_on_path(path.parent):
+        return _import(path, display or str(path))
+
+
+def declared(module: ModuleType, display: str) -> dict[str, Any]:
+    """The parameters the file's `make_target` declares (`{}` for a module-level target)."""
+    make_target = getattr(module, "make_target", None)
+    if make_target is None:
+        return {}
+    if not callable(make_target):
+        raise TargetError(f"{display}: make_target must be a function")
+    return declared_params(make_target, f"make_target in {display}")
+
+
+def from_module(
+    module: ModuleType,
+    params: Optional[Mapping[str, Any]] = None,
+    display: Optional[str] = None,
+) -> Target:
+    """Builds the `Target` an imported target file defines, calling `make_target(**params)` if any."""
+    path = Path(module.__file__).resolve()
+    display = display or str(path)
+    with _folder_on_path(path.parent):
+        if hasattr(module, "make_target"):
+            fields, bound = _from_make_target(module, params or {}, display, path)
+        elif hasattr(module, "log_density"):
+            if params:
+                raise TargetError(
+                    f"{display} takes no parameters (it has no make_target), got {', '.join(params)}"
+                )
+            if not hasattr(module, "dim"):
+                raise TargetError(f"{display} defines log_density but not dim; add `dim = <number of coordinates>`")
+            fields = {k: getattr(module, k) for k in RESULT_KEYS if hasattr(module, k)}
+            bound = {}
+        else:
+            raise TargetError(
+                f"{display} defines neither log_density(x) (with dim) nor make_target(**params); see docs/targets.md"
+            )
+        if "log_density" not in fields or "dim" not in fields:
+            raise TargetError(f"{display}: make_target must return at least log_density and dim")
+        doc = (module.__doc__ or "").strip().splitlines()
+        description = fields.get("description")
+        if description is None and doc:
+            description = doc[0]
+        target = build(
+            fields["log_density"],
+            fields["dim"],
+            display,
+            initial=fields.get("initial"),
+            log_z=fields.get("log_z"),
+            name=fields.get("name"),
+            description=description,
+            default_name=path.stem,
+            params=bound,
+            source=str(path),
+        )
+        probe(target.log_density, target.dim, display, [path])
+    return target
+
+
+def load_python(
+    path: Path,
+    params: Optional[Mapping[str, Any]] = None,
+    display: Optional[str] = None,
+) -> Target:
+    """Imports a Python target file and builds its `Target`.
+
+    Args:
+        path: the `.py` file.
+        params: values for `make_target`'s parameters (strings are converted by the default's type).
+        display: how to name the file in messages (default: the path).
+
+    Raises:
+        TargetError: with a one-line message, for every way the file can be unusable.
+    """
+    display = display or str(path)
+    return from_module(import_file(path, display), params, display)
