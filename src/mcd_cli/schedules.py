@@ -32,7 +32,7 @@ def init_step_size(key: jax.Array, init_step_size: float, max_step_size: float) 
         "w1": w1,
         "b1": jnp.zeros((STEP_SIZE_HIDDEN,)),
         "w2": jnp.zeros((STEP_SIZE_HIDDEN, 1)),
-        "b2": jnp.full((1,), _logit(init_step_size / max_step_size)),
+        "b2": jnp.full((1,), _logit(init_step_size / max_step_size), dtype=w1.dtype),
     }
 
 
@@ -69,7 +69,7 @@ def betas(params: dict | None, steps: int) -> jax.Array:
 
 def init_damping(init: float) -> dict:
     """Damping parameter `u` with `0.98 σ(u) + 0.01 = init`."""
-    return {"u": jnp.asarray(_logit((init - 0.01) / 0.98), dtype=jnp.float32)}
+    return {"u": jnp.full((), _logit((init - 0.01) / 0.98), dtype=jnp.zeros(()).dtype)}
 
 
 def damping(params: dict) -> jax.Array:

@@ -1,0 +1,197 @@
+"""Exact identities and statistical properties of the four estimators."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.stats import norm
+
+from mcd_cli import samplers
+from mcd_cli.config import SamplerConfig
+from mcd_cli.samplers import invariant, uha
+from mcd_cli.targets.base import Target
+
+DIM, STEPS, HIDDEN = 3, 8, 16
+COMBOS = list(itertools.product(["ula", "uha"], ["ais", "mcd"]))
+
+# Gaussian target N(m, diag s²) scaled so that Z = exp(LOG_Z) ≠ 1.
+MEAN = np.array([0.5, -0.3, 0.2])
+SCALE = np.array([0.7, 1.1, 0.9])
+LOG_Z = 1.3
+
+
+def gaussian_log_density(x):
+    return jnp.sum(norm.logpdf(x, MEAN, SCALE)) + LOG_Z
+
+
+GAUSSIAN = Target.create(gaussian_log_density, dim=DIM, log_z=LOG_Z, name="gauss")
+
+
+def perturb_score(params, key, scale=0.3):
+    """Random non-zero score network output layer: a genuinely different MCD backward kernel."""
+    out = params["score"]["out"]
+    k1, k2 = jax.random.split(key)
+    new_out = {
+        "w": scale * jax.random.normal(k1, out["w"].shape),
+        "b": scale * jax.random.normal(k2, out["b"].shape),
+    }
+    return {**params, "score": {**params["score"], "out": new_out}}
+
+
+@pytest.mark.parametrize("sampler", ["ula", "uha"])
+def test_mcd_at_initialisation_equals_ais(sampler):
+    key_params, key_w = jax.random.split(jax.random.key(0))
+    ais = SamplerConfig(sampler=sampler, backward="ais", steps=STEPS, hidden=HIDDEN)
+    mcd = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN)
+    p_ais = samplers.init_params(key_params, GAUSSIAN, ais)
+    p_mcd = samplers.init_params(key_params, GAUSSIAN, mcd)
+    lw_ais = samplers.log_weights(key_w, p_ais, GAUSSIAN, ais, 64)
+    lw_mcd = samplers.log_weights(key_w, p_mcd, GAUSSIAN, mcd, 64)
+    np.testing.assert_allclose(lw_mcd, lw_ais, rtol=0, atol=1e-5)
+    # The identity comes from the warm start, not from MCD ignoring its network:
+    lw_moved = samplers.log_weights(key_w, perturb_score(p_mcd, key_params), GAUSSIAN, mcd, 64)
+    assert np.max(np.abs(np.asarray(lw_moved - lw_ais))) > 1e-2
+
+
+@pytest.mark.parametrize("sampler,backward", COMBOS)
+def test_unbiased_for_gaussian_target(sampler, backward):
+    """E[Ẑ / Z] = 1 for any fixed parameters; checked to 3 standard errors of the mean."""
+    config = SamplerConfig(sampler=sampler, backward=backward, steps=STEPS, hidden=HIDDEN)
+    key_params, key_perturb, key_w = jax.random.split(jax.random.key(1), 3)
+    params = samplers.init_params(key_params, GAUSSIAN, config)
+    if backward == "mcd":
+        params = perturb_score(params, key_perturb, scale=0.1)
+    n = 20_000
+    log_w = np.asarray(jax.jit(lambda k: samplers.log_weights(k, params, GAUSSIAN, config, n))(key_w), np.float64)
+    ratio = np.exp(log_w - LOG_Z)
+    mean, se = ratio.mean(), ratio.std(ddof=1) / np.sqrt(n)
+    assert se < 0.05, f"weights too variable for a meaningful test (se={se})"
+    assert abs(mean - 1.0) < 3 * se, f"E[Z_hat/Z] = {mean} ± {se}"
+
+
+def test_appendix_a_closed_forms():
+    """Proposition 3: mean and variance of the AIS log weight under the Gaussian AR kernel."""
+    s0_sq, s_sq, steps, alpha = 4.0, 0.25, 10, 0.6
+    beta_k = (s_sq / s0_sq) ** (1.0 / steps)
+    sig_sq = s0_sq * beta_k ** np.arange(steps + 1)  # σ_k², k = 0..K
+
+    xi_sq = np.empty(steps + 1)
+    xi_sq[0] = s0_sq
+    for k in range(1, steps + 1):
+        xi_sq[k] = alpha**2 * xi_sq[k - 1] + (1 - alpha**2) * sig_sq[k]
+    exp_mean = 0.5 * np.log(2 * np.pi * s0_sq) + 0.5 * (beta_k - 1) * sum(
+        xi_sq[k - 1] / sig_sq[k] for k in range(1, steps + 1)
+    )
+    exp_var = (beta_k - 1) ** 2 * (
+        sum(xi_sq[k - 1] ** 2 / (2 * sig_sq[k] ** 2) for k in range(1, steps + 1))
+        + sum(
+            alpha ** (2 * (l - k)) * xi_sq[k - 1] ** 2 / (sig_sq[k] * sig_sq[l])
+            for k in range(1, steps + 1)
+            for l in range(k + 1, steps + 1)
+        )
+    )
+
+    sig_sq_j = jnp.asarray(sig_sq, dtype=jnp.float32)
+
+    def log_gamma(k, x):
+        unnormalised = -0.5 * x**2 / sig_sq_j[k]
+        return jnp.where(k == 0, norm.logpdf(x, 0.0, jnp.sqrt(s0_sq)), unnormalised)
+
+    def kernel(key, k, x):
+        return alpha * x + jnp.sqrt((1 - alpha**2) * sig_sq_j[k]) * jax.random.normal(key)
+
+    n = 200_000
+    run = jax.jit(
+        jax.vmap(
+            lambda key: invariant.log_weight(
+                key, lambda k: jnp.sqrt(s0_sq) * jax.random.normal(k), log_gamma, kernel, steps
+            )[0]
+        )
+    )
+    log_w = np.asarray(run(jax.random.split(jax.random.key(2), n)), np.float64)
+    mean, var = log_w.mean(), log_w.var(ddof=1)
+    se_mean = np.sqrt(var / n)
+    se_var = np.sqrt((np.mean((log_w - mean) ** 4) - var**2) / n)
+    assert abs(mean - exp_mean) < 4 * se_mean, (mean, exp_mean, se_mean)
+    assert abs(var - exp_var) < 4 * se_var, (var, exp_var, se_var)
+
+
+def _quartic_grad(x):
+    return jax.grad(lambda y: -0.25 * jnp.sum(y**4) - 0.5 * jnp.sum(y[:-1] * y[1:]))(x)
+
+
+def _leapfrog_map(z, step_size=0.3, inverse_mass=jnp.array([1.0, 0.5, 2.0])):
+    x, p = z[:DIM], z[DIM:]
+    x_new, p_new, _, _ = uha.leapfrog(
+        x, p, _quartic_grad(x), step_size, inverse_mass, lambda y: (_quartic_grad(y), None)
+    )
+    return jnp.concatenate([x_new, p_new])
+
+
+def test_leapfrog_is_volume_preserving():
+    z = jnp.array([0.3, -1.2, 0.8, 0.5, 0.1, -0.7])
+    jac = np.asarray(jax.jacfwd(_leapfrog_map)(z), dtype=np.float64)
+    np.testing.assert_allclose(np.linalg.det(jac), 1.0, atol=1e-5)
+    assert not np.allclose(jac, np.eye(2 * DIM), atol=1e-2)  # a non-trivial map
+
+
+def test_leapfrog_inverse_is_flip_map_flip():
+    flip = jnp.array([1.0] * DIM + [-1.0] * DIM)
+    z = jnp.array([0.3, -1.2, 0.8, 0.5, 0.1, -0.7])
+    forward = _leapfrog_map(z)
+    back = flip * _leapfrog_map(flip * forward)
+    np.testing.assert_allclose(back, z, atol=1e-5)
+    assert not np.allclose(forward, z, atol=1e-2)
+
+
+@pytest.mark.parametrize("sampler", ["ula", "uha"])
+def test_one_target_gradient_per_step(sampler):
+    traces = []
+    evaluations = []
+
+    def counted(x):
+        traces.append(1)
+        jax.debug.callback(lambda: evaluations.append(1))
+        return gaussian_log_density(x)
+
+    target = Target.create(counted, dim=DIM)
+    config = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN)
+    params = samplers.init_params(jax.random.key(0), target, config)
+    log_w, _ = jax.jit(lambda k: samplers.log_weight(k, params, target, config))(jax.random.key(1))
+    jax.block_until_ready(log_w)
+    jax.effects_barrier()
+    assert len(evaluations) == STEPS + 1
+    assert len(traces) == 2  # once for x_0, once inside the scan body
+
+
+@pytest.mark.parametrize("sampler", ["ula", "uha"])
+def test_rematerialised_scan_matches(sampler):
+    """Remat changes memory, not values: same log weights and gradients."""
+    plain = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN)
+    remat = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN, remat=True)
+    params = perturb_score(samplers.init_params(jax.random.key(0), GAUSSIAN, plain), jax.random.key(3))
+
+    def loss(p, config):
+        return jnp.mean(samplers.log_weights(jax.random.key(4), p, GAUSSIAN, config, 16))
+
+    v1, g1 = jax.value_and_grad(loss)(params, plain)
+    v2, g2 = jax.value_and_grad(loss)(params, remat)
+    np.testing.assert_allclose(v1, v2, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_learned_schedule_and_initial_start_at_defaults():
+    """Learned schedule starts linear, learned initial starts at the target's: same weights."""
+    base = SamplerConfig(sampler="ula", backward="ais", steps=STEPS)
+    learned = SamplerConfig(
+        sampler="ula", backward="ais", steps=STEPS, learn_schedule=True, learn_initial=True
+    )
+    target = GAUSSIAN.with_initial(mean=0.2, scale=1.5)
+    p1 = samplers.init_params(jax.random.key(0), target, base)
+    p2 = samplers.init_params(jax.random.key(0), target, learned)
+    lw1 = samplers.log_weights(jax.random.key(5), p1, target, base, 32)
+    lw2 = samplers.log_weights(jax.random.key(5), p2, target, learned, 32)
+    np.testing.assert_allclose(lw1, lw2, atol=1e-4)

@@ -1,0 +1,142 @@
+"""ELBO training: it helps, it compiles once, it resumes exactly, it survives non-finite steps."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.special import logsumexp
+from jax.scipy.stats import norm
+
+from mcd_cli import estimate, training
+from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.targets.base import Target
+
+# A small 8-component mixture in d = 5 (means ~ N(3·1, I)), log Z = 0, started from N(0, 3² I).
+_MEANS = jnp.asarray(np.random.default_rng(0).normal(3.0, 1.0, size=(8, 5)), dtype=jnp.float32)
+
+
+def _mixture(x):
+    return logsumexp(jnp.sum(norm.logpdf(x, _MEANS, 1.0), axis=-1)) - jnp.log(8.0)
+
+
+MIXTURE = Target.create(_mixture, dim=5, initial_scale=3.0, log_z=0.0, name="mixture5")
+NARROW = Target.create(
+    lambda x: jnp.sum(norm.logpdf(x, 0.0, jnp.sqrt(0.1))), dim=5, initial_scale=3.0, log_z=0.0
+)
+SMALL = SamplerConfig(sampler="ula", backward="mcd", steps=8, hidden=32)
+
+
+def _train_and_estimate(target, sconf, iterations, seed=0, num_samples=4096):
+    tconf = TrainConfig(iterations=iterations, batch_size=64, lr=3e-3)
+    state = training.init_train_state(jax.random.key(seed), target, sconf, tconf)
+    before = estimate.estimate(jax.random.key(99), state.params, target, sconf, num_samples)
+    result = training.fit(state, target, sconf, tconf)
+    after = estimate.estimate(jax.random.key(99), result.params, target, sconf, num_samples)
+    return before, after, result
+
+
+def _elbo_se(e: estimate.Estimate, log_w_sd: float) -> float:
+    return log_w_sd / np.sqrt(e.num_samples)
+
+
+def _replicate_errors(params, target, sconf, replicates=32, num_samples=256):
+    """|log Ẑ − log Z| of independent small-N estimates: mean and its standard error."""
+    errors = [
+        abs(estimate.estimate(jax.random.key(100 + r), params, target, sconf, num_samples).log_z - target.log_z)
+        for r in range(replicates)
+    ]
+    return estimate.combine(errors)
+
+
+def test_training_raises_elbo_and_shrinks_error():
+    before, after, result = _train_and_estimate(MIXTURE, SMALL, iterations=300)
+    assert result.skipped == 0
+    # ELBO: gain far beyond the ELBO estimate's noise (|ELBO| itself bounds its sd scale here).
+    elbo_noise = 4 * (abs(before.elbo) + 1.0) / np.sqrt(before.num_samples)
+    assert after.elbo > before.elbo + elbo_noise, (before.elbo, after.elbo)
+    # log Z error shrinks by more than 3 combined standard errors of the mean error.
+    state = training.init_train_state(jax.random.key(0), MIXTURE, SMALL, TrainConfig())
+    err_before, se_before = _replicate_errors(state.params, MIXTURE, SMALL)
+    err_after, se_after = _replicate_errors(result.params, MIXTURE, SMALL)
+    assert err_after < err_before - 3 * np.hypot(se_before, se_after), (err_before, err_after)
+
+
+def test_mcd_beats_ais_on_narrow_gaussian():
+    ais_conf = dataclasses.replace(SMALL, backward="ais")
+    _, ais, _ = _train_and_estimate(NARROW, ais_conf, iterations=300)
+    _, mcd, _ = _train_and_estimate(NARROW, SMALL, iterations=300)
+    assert mcd.elbo > ais.elbo + 4 * (abs(ais.elbo) + 1.0) / np.sqrt(ais.num_samples), (ais, mcd)
+    assert abs(mcd.log_z) < abs(ais.log_z), (ais, mcd)
+
+
+def test_update_compiles_once():
+    tconf = TrainConfig(iterations=2, batch_size=8)
+    sconf = SamplerConfig(sampler="uha", backward="mcd", steps=4, hidden=8)
+    state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
+    update = training.make_update(MIXTURE, sconf, tconf)
+    result = training.fit(state, MIXTURE, sconf, tconf, update=update)
+    assert update._cache_size() == 1
+    # Recovery halves the learning rate through a traced argument: still no recompilation.
+    halved = dataclasses.replace(result.state, lr_scale=0.5)
+    training.fit(halved, MIXTURE, sconf, dataclasses.replace(tconf, iterations=4), update=update)
+    assert update._cache_size() == 1
+
+
+def test_resume_is_bit_identical():
+    sconf = SamplerConfig(sampler="uha", backward="mcd", steps=4, hidden=8)
+    tconf = TrainConfig(iterations=10, batch_size=8)
+    update = training.make_update(MIXTURE, sconf, tconf)
+    state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
+    full = training.fit(state, MIXTURE, sconf, tconf, update=update)
+    saved = []
+    first = training.fit(
+        state, MIXTURE, sconf, dataclasses.replace(tconf, iterations=6), update=update,
+        checkpoint_every=3, on_checkpoint=saved.append,
+    )
+    assert [s.iteration for s in saved] == [3, 6, 6]
+    resumed = training.fit(first.state, MIXTURE, sconf, tconf, update=update)
+    for a, b in zip(jax.tree.leaves(full.params), jax.tree.leaves(resumed.params)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(full.elbo_history[6:], resumed.elbo_history)
+
+
+def test_non_finite_updates_are_skipped_and_counted():
+    def sometimes_nan(x):
+        return jnp.where(x[0] > 2.5, jnp.nan, -0.5 * jnp.sum(x**2))
+
+    target = Target.create(sometimes_nan, dim=2)
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8)
+    tconf = TrainConfig(iterations=40, batch_size=64, max_bad_steps=5)
+    state = training.init_train_state(jax.random.key(0), target, sconf, tconf)
+    result = training.fit(state, target, sconf, tconf)
+    assert 0 < result.skipped < 40
+    assert np.isnan(result.elbo_history).sum() == result.skipped
+    assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(result.params))
+
+
+def test_persistent_divergence_recovers_then_gives_up():
+    target = Target.create(lambda x: jnp.nan * jnp.sum(x), dim=2)
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=2)
+    tconf = TrainConfig(iterations=100, batch_size=4, max_bad_steps=3, max_recoveries=2)
+    state = training.init_train_state(jax.random.key(0), target, sconf, tconf)
+    seen = []
+    with pytest.raises(training.TrainingDiverged, match="diverged"):
+        training.fit(state, target, sconf, tconf, callback=lambda i, elbo: seen.append(i))
+    # Two recoveries after 3 bad steps each; the 3rd bad streak's last update gives up.
+    assert len(seen) == 8
+
+
+def test_interrupt_carries_last_state():
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=2)
+    tconf = TrainConfig(iterations=10, batch_size=4)
+    state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
+
+    def interrupt(i, elbo):
+        if i == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(training.TrainingInterrupted) as info:
+        training.fit(state, MIXTURE, sconf, tconf, callback=interrupt)
+    assert info.value.state.iteration == 5
