@@ -374,6 +374,12 @@ def load_target(spec: Optional[str], params: dict):
         ) from None
     except RecursionError:
         raise runner.UsageProblem(f"target '{spec}' is nested too deeply to read; simplify it") from None
+    except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as err:
+        # The loader should turn every bad document into a TargetError; if one slips through,
+        # it is still bad input, not a failed run.
+        raise runner.UsageProblem(
+            f"cannot load target '{spec}': {type(err).__name__}: {_one_line(str(err), 200)}; check the target file"
+        ) from err
 
 
 def _positive(values: dict, *names: str) -> None:

@@ -66,14 +66,10 @@ class RunPlan:
 
 
 def version() -> str:
-    try:
-        from importlib.metadata import version as _version
+    """The installed mcd-cli version (recorded in every result and file)."""
+    from mcd_cli import __version__
 
-        return _version("mcd-cli")
-    except Exception:
-        from mcd_cli import __version__
-
-        return __version__
+    return __version__
 
 
 def sampler_config_from_file(meta: dict, path: Path) -> SamplerConfig:

@@ -1,0 +1,184 @@
+"""Parameter and checkpoint files, atomic writes, and whole-line appends."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mcd_cli import checkpoint
+from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.targets.base import Target
+from mcd_cli.training import init_train_state
+
+
+def tiny_target(name="t", dim=2, params=None):
+    return Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=dim, name=name, params=params or {"dim": dim})
+
+
+SCONF = SamplerConfig(sampler="uha", steps=2, hidden=4)
+TCONF = TrainConfig(iterations=3, batch_size=4)
+
+
+def fresh_state(seed=0, target=None, sconf=SCONF):
+    return init_train_state(jax.random.key(seed), target or tiny_target(), sconf, TCONF)
+
+
+def trees_equal(a, b) -> bool:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if ta != tb:
+        return False
+    for x, y in zip(la, lb):
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        if not np.array_equal(np.asarray(x), np.asarray(y)):
+            return False
+    return True
+
+
+def test_params_round_trip(tmp_path):
+    params = fresh_state(1).params
+    path = tmp_path / "p.npz"
+    checkpoint.save_params(path, params, {"target": checkpoint.target_identity(tiny_target())})
+    template = fresh_state(2).params
+    restored, meta = checkpoint.load_params(path, template)
+    assert trees_equal(restored, params)
+    assert meta["format"] == checkpoint.FORMAT and meta["kind"] == checkpoint.PARAMS_KIND
+
+
+def test_train_state_round_trip_including_key_and_counters(tmp_path):
+    state = dataclasses.replace(fresh_state(1), iteration=7, lr_scale=0.25, skipped=3, recoveries=1)
+    path = tmp_path / "s.npz"
+    checkpoint.save_state(path, state, {"seed": 1})
+    restored, meta = checkpoint.load_state(path, fresh_state(2))
+    assert meta["iteration"] == 7
+    assert restored.iteration == 7 and isinstance(restored.iteration, int)
+    assert restored.lr_scale == 0.25 and restored.skipped == 3 and restored.recoveries == 1
+    for field in ("params", "opt_state", "key", "snapshot_params", "snapshot_opt_state"):
+        assert trees_equal(getattr(restored, field), getattr(state, field)), field
+    assert jax.random.key_impl(restored.key) == jax.random.key_impl(state.key)
+
+
+def test_params_can_be_read_from_a_checkpoint(tmp_path):
+    state = fresh_state(1)
+    checkpoint.save_state(tmp_path / "s.npz", state)
+    restored, _ = checkpoint.load_params(tmp_path / "s.npz", fresh_state(2).params)
+    assert trees_equal(restored, state.params)
+
+
+def test_a_params_file_is_not_a_checkpoint(tmp_path):
+    checkpoint.save_params(tmp_path / "p.npz", fresh_state().params)
+    with pytest.raises(checkpoint.CheckpointError, match="--load"):
+        checkpoint.load_state(tmp_path / "p.npz", fresh_state())
+
+
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign_npz", "empty", "bad_meta", "directory"])
+def test_files_that_are_not_ours_are_rejected_in_one_line(tmp_path, kind):
+    good = tmp_path / "good.npz"
+    checkpoint.save_params(good, fresh_state().params)
+    path = tmp_path / "bad.npz"
+    if kind == "truncated":
+        path.write_bytes(good.read_bytes()[:200])
+    elif kind == "text":
+        path.write_text("hello")
+    elif kind == "foreign_npz":
+        np.savez(path, a=np.ones(3))
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "bad_meta":
+        np.savez(path, __meta__=np.frombuffer(b'{"format": "other"}', np.uint8))
+    elif kind == "directory":
+        path.mkdir()
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.load_params(path, fresh_state().params)
+    assert "\n" not in str(err.value) and "bad.npz" in str(err.value)
+
+
+def test_newer_format_version_is_rejected(tmp_path):
+    path = tmp_path / "p.npz"
+    checkpoint.save_params(path, fresh_state().params)
+    with zipfile.ZipFile(path) as z:
+        arrays = {n[:-4]: np.load(z.open(n)) for n in z.namelist()}
+    meta = json.loads(arrays["__meta__"].tobytes())
+    meta["version"] = checkpoint.FORMAT_VERSION + 1
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(path, **arrays)
+    with pytest.raises(checkpoint.CheckpointError, match="version"):
+        checkpoint.load_params(path, fresh_state().params)
+
+
+def test_file_from_other_settings_is_rejected(tmp_path):
+    path = tmp_path / "p.npz"
+    checkpoint.save_params(path, fresh_state().params)
+    other = init_train_state(jax.random.key(0), tiny_target(dim=3), SCONF, TCONF).params
+    with pytest.raises(checkpoint.CheckpointError, match="other settings"):
+        checkpoint.load_params(path, other)
+
+
+def test_target_identity_check():
+    meta = {"target": checkpoint.target_identity(tiny_target("a", 2))}
+    checkpoint.check_target(meta, tiny_target("a", 2), "f.npz")
+    with pytest.raises(checkpoint.CheckpointError, match="'a'"):
+        checkpoint.check_target(meta, tiny_target("b", 2), "f.npz")
+    with pytest.raises(checkpoint.CheckpointError, match="parameters"):
+        checkpoint.check_target(meta, tiny_target("a", 2, {"dim": 2, "loc": 1.0}), "f.npz")
+
+
+def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    path = tmp_path / "p.npz"
+    checkpoint.save_params(path, fresh_state(1).params)
+    before = path.read_bytes()
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        checkpoint.save_params(path, fresh_state(2).params)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["p.npz"]  # no temporary file left behind
+
+
+def _append_many(path: str, worker: int, count: int) -> None:
+    for i in range(count):
+        checkpoint.append_line(path, json.dumps({"worker": worker, "i": i, "pad": "x" * (500 + 37 * worker)}))
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text('{"first": 1}\n')
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(str(path), w, 100)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0] == {"first": 1} and len(lines) == 401
+    for w in range(4):
+        assert [r["i"] for r in lines if r.get("worker") == w] == list(range(100))
+
+
+def test_ensure_writable(tmp_path):
+    assert checkpoint.ensure_writable(tmp_path / "new.jsonl", "out") == tmp_path / "new.jsonl"
+    assert not (tmp_path / "new.jsonl").exists()  # checking creates nothing
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
+        checkpoint.ensure_writable(tmp_path / "missing" / "x", "out")
+    with pytest.raises(checkpoint.CheckpointError, match="directory"):
+        checkpoint.ensure_writable(tmp_path, "out")
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint.ensure_writable("/proc/not-here.jsonl", "out")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(checkpoint.CheckpointError, match="not a directory"):
+        checkpoint.ensure_directory(tmp_path / "file", "--checkpoint directory")
+    assert checkpoint.ensure_directory(tmp_path / "a" / "b", "dir").is_dir()
