@@ -47,7 +47,7 @@ class SamplerConfig:
     sampler: str = "ula"
     backward: str = "mcd"
     steps: int = 64
-    hidden: int = 128
+    hidden: int = 64
     time_dim: int = 16
     blocks: int = 3
     learn_schedule: bool = False
@@ -95,7 +95,7 @@ class TrainConfig:
         snapshot_every: iterations between snapshots of known-good parameters used by recovery.
     """
 
-    iterations: int = 2000
+    iterations: int = 1000
     batch_size: int = 128
     lr: float = 1e-3
     clip_norm: float = 10.0
