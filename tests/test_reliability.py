@@ -129,11 +129,12 @@ def test_sigkill_then_resume_gives_the_uninterrupted_estimate(mcd_process, gauss
     assert got["ess"] == expected["ess"]
 
 
-def test_ctrl_c_saves_prints_how_to_resume_and_exits_130(mcd_process, gauss_yaml, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_saves_prints_how_to_resume_and_exits_130(mcd_process, gauss_yaml, tmp_path, signum):
     directory = tmp_path / "ckpt"
     proc = mcd_process(_args(gauss_yaml, "--checkpoint", directory, "--checkpoint-every", "1"), cwd=tmp_path)
     _wait_for_iteration(proc, directory, least=2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     code, out, err = _finish(proc)
     assert code == 130, err
     line = one_line_error(err)

@@ -205,8 +205,10 @@ def _restore(name: str, arrays: dict, template: Any, keys: set, path: str) -> An
                     f"'{path}' has an array of shape {tuple(value.shape)} where this run needs "
                     f"{shape} ({entry}): it was written for other settings"
                 )
-            dtype = getattr(like, "dtype", value.dtype)
-            value = jnp.asarray(value, dtype=dtype)
+            if isinstance(like, np.ndarray):
+                value = value.astype(like.dtype)
+            else:
+                value = jnp.asarray(value, dtype=getattr(like, "dtype", value.dtype))
         restored.append(value)
     return jax.tree_util.tree_unflatten(treedef, restored)
 

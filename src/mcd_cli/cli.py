@@ -182,33 +182,33 @@ TargetArg = Annotated[
 ]
 IterationsOpt = Annotated[
     Optional[int],
-    typer.Option("--iterations", "-n", help=f"Training iterations (0: no training). [default: {_T.iterations}]", show_default=False),
+    typer.Option("--iterations", "-n", help=f"Training iterations (0: no training). (default: {_T.iterations})", show_default=False),
 ]
 BatchOpt = Annotated[
     Optional[int],
-    typer.Option("--batch-size", "-b", help=f"Particles per training step. [default: {_T.batch_size}]", show_default=False),
+    typer.Option("--batch-size", "-b", help=f"Particles per training step. (default: {_T.batch_size})", show_default=False),
 ]
 LrOpt = Annotated[
-    Optional[float], typer.Option("--lr", help=f"Adam learning rate. [default: {_T.lr:g}]", show_default=False)
+    Optional[float], typer.Option("--lr", help=f"Adam learning rate. (default: {_T.lr:g})", show_default=False)
 ]
 SamplesOpt = Annotated[
     Optional[int],
-    typer.Option("--samples", "-N", help=f"Importance samples for the estimate. [default: {_DEFAULT_SAMPLES}]", show_default=False),
+    typer.Option("--samples", "-N", help=f"Importance samples for the estimate. (default: {_DEFAULT_SAMPLES})", show_default=False),
 ]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Root random seed. [default: 0]", show_default=False)]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Root random seed. (default: 0)", show_default=False)]
 RepeatsOpt = Annotated[
     Optional[int],
-    typer.Option("--repeats", "-r", help="Independent runs (seeds); reports mean ± standard error. [default: 1]", show_default=False),
+    typer.Option("--repeats", "-r", help="Independent runs (seeds); reports mean ± standard error. (default: 1)", show_default=False),
 ]
 HiddenOpt = Annotated[
     Optional[int],
-    typer.Option("--hidden", help=f"Width d_h of the score network (MCD). [default: {_S.hidden}]", show_default=False),
+    typer.Option("--hidden", help=f"Width d_h of the score network (MCD). (default: {_S.hidden})", show_default=False),
 ]
 LearnScheduleOpt = Annotated[
     Optional[bool],
     typer.Option(
         "--learn-schedule/--fixed-schedule",
-        help=f"Learn the annealing schedule β (else linear). [default: {'learn' if _S.learn_schedule else 'fixed'}]",
+        help=f"Learn the annealing schedule β (else linear). (default: {'learn' if _S.learn_schedule else 'fixed'})",
         show_default=False,
     ),
 ]
@@ -455,14 +455,14 @@ def estimate(
     target: TargetArg = None,
     sampler: Annotated[
         Optional[Sampler],
-        typer.Option("--sampler", "-s", help=f"Forward kernel: ula (Langevin) or uha (Hamiltonian). [default: {_S.sampler}]", show_default=False),
+        typer.Option("--sampler", "-s", help=f"Forward kernel: ula (Langevin) or uha (Hamiltonian). (default: {_S.sampler})", show_default=False),
     ] = None,
     backward: Annotated[
         Optional[Backward],
-        typer.Option("--backward", "-B", help=f"Backward kernel: mcd (learned score) or ais. [default: {_S.backward}]", show_default=False),
+        typer.Option("--backward", "-B", help=f"Backward kernel: mcd (learned score) or ais. (default: {_S.backward})", show_default=False),
     ] = None,
     steps: Annotated[
-        Optional[int], typer.Option("--steps", "-K", help=f"Annealing steps K. [default: {_S.steps}]", show_default=False)
+        Optional[int], typer.Option("--steps", "-K", help=f"Annealing steps K. (default: {_S.steps})", show_default=False)
     ] = None,
     iterations: IterationsOpt = None,
     batch_size: BatchOpt = None,
@@ -491,7 +491,7 @@ def estimate(
     ] = None,
     checkpoint_every: Annotated[
         Optional[int],
-        typer.Option("--checkpoint-every", help=f"Iterations between checkpoints. [default: {_DEFAULT_CHECKPOINT_EVERY}]", show_default=False),
+        typer.Option("--checkpoint-every", help=f"Iterations between checkpoints. (default: {_DEFAULT_CHECKPOINT_EVERY})", show_default=False),
     ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue from the checkpoint in --checkpoint DIR, if there is one.")
@@ -606,13 +606,13 @@ def compare(
     ctx: typer.Context,
     target: TargetArg = None,
     sampler: Annotated[
-        Optional[str], typer.Option("--sampler", "-s", help=f"Comma-separated forward kernels, e.g. ula,uha. [default: {_S.sampler}]", show_default=False)
+        Optional[str], typer.Option("--sampler", "-s", help=f"Comma-separated forward kernels, e.g. ula,uha. (default: {_S.sampler})", show_default=False)
     ] = None,
     backward: Annotated[
-        Optional[str], typer.Option("--backward", "-B", help=f"Comma-separated backward kernels, e.g. ais,mcd. [default: {_S.backward}]", show_default=False)
+        Optional[str], typer.Option("--backward", "-B", help=f"Comma-separated backward kernels, e.g. ais,mcd. (default: {_S.backward})", show_default=False)
     ] = None,
     steps: Annotated[
-        Optional[str], typer.Option("--steps", "-K", help=f"Comma-separated step counts, e.g. 64,256. [default: {_S.steps}]", show_default=False)
+        Optional[str], typer.Option("--steps", "-K", help=f"Comma-separated step counts, e.g. 64,256. (default: {_S.steps})", show_default=False)
     ] = None,
     iterations: IterationsOpt = None,
     batch_size: BatchOpt = None,
