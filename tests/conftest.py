@@ -68,13 +68,31 @@ def subprocess_env(cache: Path) -> dict:
     return env
 
 
+# `python -m mcd_cli`, except that every checkpoint save is followed by a pause, so that a test can
+# interrupt training reliably in the middle however fast the machine is.
+_SLOW_CHECKPOINTS = """
+import sys, time
+from mcd_cli import checkpoint
+save = checkpoint.save_state
+def slow_save(*args, **kwargs):
+    save(*args, **kwargs)
+    time.sleep(0.05)
+checkpoint.save_state = slow_save
+from mcd_cli.cli import main
+sys.argv[0] = "mcd"
+main()
+"""
+
+
 @pytest.fixture
 def mcd_process(compile_cache):
-    """`mcd_process(args, cwd=..., **popen_kwargs)` starts `python -m mcd_cli ARGS` (a Popen)."""
+    """`mcd_process(args, cwd=..., slow_checkpoints=False, **popen_kwargs)` starts `python -m
+    mcd_cli ARGS` and returns the Popen."""
 
-    def start(args, cwd=None, **kwargs):
+    def start(args, cwd=None, slow_checkpoints=False, **kwargs):
+        program = ["-c", _SLOW_CHECKPOINTS] if slow_checkpoints else ["-m", "mcd_cli"]
         return subprocess.Popen(
-            [sys.executable, "-m", "mcd_cli", *[str(a) for a in args]],
+            [sys.executable, *program, *[str(a) for a in args]],
             cwd=cwd,
             env=subprocess_env(compile_cache),
             stdout=kwargs.pop("stdout", subprocess.PIPE),

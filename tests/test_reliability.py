@@ -108,7 +108,7 @@ def _finish(proc, timeout=300) -> tuple[int, str, str]:
 def test_sigkill_then_resume_gives_the_uninterrupted_estimate(mcd_process, gauss_yaml, tmp_path):
     reference = mcd_process(_args(gauss_yaml))
     directory = tmp_path / "ckpt"
-    victim = mcd_process(_args(gauss_yaml, "--checkpoint", directory, "--checkpoint-every", "1"))
+    victim = mcd_process(_args(gauss_yaml, "--checkpoint", directory, "--checkpoint-every", "1"), slow_checkpoints=True)
     code, out, err = _finish(reference)
     assert code == 0, err
     (expected,) = records(out)
@@ -132,7 +132,9 @@ def test_sigkill_then_resume_gives_the_uninterrupted_estimate(mcd_process, gauss
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_saves_prints_how_to_resume_and_exits_130(mcd_process, gauss_yaml, tmp_path, signum):
     directory = tmp_path / "ckpt"
-    proc = mcd_process(_args(gauss_yaml, "--checkpoint", directory, "--checkpoint-every", "1"), cwd=tmp_path)
+    proc = mcd_process(
+        _args(gauss_yaml, "--checkpoint", directory, "--checkpoint-every", "1"), cwd=tmp_path, slow_checkpoints=True
+    )
     _wait_for_iteration(proc, directory, least=2)
     proc.send_signal(signum)
     code, out, err = _finish(proc)
