@@ -39,7 +39,7 @@ def make_target(dim=16, layers=4, hidden=32, seed=0, weight_scale=2.0):
     weights = _layers(dim, layers, hidden, seed, weight_scale)
 
     def inverse(x):
-        for perm, unperm, w1, b1, w2 in reversed(weights):
+        for _, unperm, w1, b1, w2 in reversed(weights):
             xa, xb = x[:a], x[a:]
             xb = xb - w2 @ jnp.tanh(w1 @ xa + b1)
             x = jnp.concatenate([xa, xb])[unperm]
@@ -53,7 +53,10 @@ def make_target(dim=16, layers=4, hidden=32, seed=0, weight_scale=2.0):
         "dim": dim,
         "log_z": 0.0,
         "name": "nice_flow",
-        "description": f"NICE flow, {layers} additive couplings with fixed random weights (seed {seed}), in {dim} dimensions",
+        "description": (
+            f"NICE flow, {layers} additive couplings with fixed random weights (seed {seed}), "
+            f"in {dim} dimensions"
+        ),
     }
 
 

@@ -58,7 +58,9 @@ def test_non_finite_gradient_where_the_density_is_finite():
     t = Target.create(lambda x: jnp.sum(jnp.sqrt(jnp.abs(x - x))), dim=3, name="cusp0")
     report = check(t, num_points=4)
     assert not report.ok and report.num_bad_gradients == 4 and not report.gradients_finite
-    assert report.problems[0].startswith("the gradient is not finite at 4 of 4 points where log_density is finite")
+    assert report.problems[0].startswith(
+        "the gradient is not finite at 4 of 4 points where log_density is finite"
+    )
 
 
 def test_vmap_failure_is_reported_and_values_still_checked():

@@ -43,7 +43,9 @@ def test_normal_normalised_and_not(points):
     np.testing.assert_allclose(values(t, points), stats.norm.logpdf(points, 1.0, 2.0).sum(1), rtol=RTOL)
     k = FAMILIES["normal"](dim=4, loc=1.0, scale=2.0, normalized=False)
     assert k.log_z == pytest.approx(2 * np.log(2 * np.pi) + 4 * np.log(2.0), rel=1e-12)
-    np.testing.assert_allclose(values(k, points), -0.5 * (((points - 1.0) / 2.0) ** 2).sum(1), rtol=RTOL, atol=1e-5)
+    np.testing.assert_allclose(
+        values(k, points), -0.5 * (((points - 1.0) / 2.0) ** 2).sum(1), rtol=RTOL, atol=1e-5
+    )
 
 
 def test_normal_with_covariance_has_Z_not_one():
@@ -53,7 +55,9 @@ def test_normal_with_covariance_has_Z_not_one():
     assert grid_log_z(t, -9.0, 9.0, 901) == pytest.approx(t.log_z, abs=1e-4)
     x = np.random.default_rng(1).normal(size=(5, 2))
     n = FAMILIES["normal"](dim=2, loc=0.5, cov=cov)
-    np.testing.assert_allclose(values(n, x), stats.multivariate_normal(np.full(2, 0.5), cov).logpdf(x), rtol=RTOL)
+    np.testing.assert_allclose(
+        values(n, x), stats.multivariate_normal(np.full(2, 0.5), cov).logpdf(x), rtol=RTOL
+    )
     with pytest.raises(TargetError, match="symmetric positive-definite"):
         FAMILIES["normal"](dim=2, cov=[[1.0, 2.0], [2.0, 1.0]])
     with pytest.raises(TargetError, match="either parameter 'scale' or parameter 'cov'"):
@@ -65,7 +69,9 @@ def test_gaussian_mixture_means_follow_the_documented_generator(points):
     means = np.random.default_rng(0).normal(3.0, 1.0, size=(8, 4))
     ref = logsumexp(stats.norm.logpdf(points[:, None, :], means, 1.0).sum(-1) - np.log(8), axis=1)
     np.testing.assert_allclose(values(t, points), ref, rtol=RTOL)
-    one = FAMILIES["gaussian_mixture"](dim=1, means=[[-2.0], [1.0], [4.0]], weights=[1.0, 2.0, 1.0], scale=0.7)
+    one = FAMILIES["gaussian_mixture"](
+        dim=1, means=[[-2.0], [1.0], [4.0]], weights=[1.0, 2.0, 1.0], scale=0.7
+    )
     assert grid_log_z(one, -12.0, 12.0, 4001) == pytest.approx(0.0, abs=1e-6)
 
 
@@ -87,7 +93,9 @@ def test_funnel_matches_its_definition(points):
 
 
 def test_many_well_log_z_against_adaptive_quadrature(points):
-    one_d, _ = integrate.quad(lambda x: np.exp(-(x**4) + 6 * x**2 + 0.5 * x), -np.inf, np.inf, epsabs=0, epsrel=1e-13)
+    one_d, _ = integrate.quad(
+        lambda x: np.exp(-(x**4) + 6 * x**2 + 0.5 * x), -np.inf, np.inf, epsabs=0, epsrel=1e-13
+    )
     assert double_well_log_z() == pytest.approx(np.log(one_d), abs=1e-12)
     t = FAMILIES["many_well"](dim=32)
     assert t.log_z == pytest.approx(16 * (np.log(one_d) + 0.5 * np.log(2 * np.pi)), abs=1e-9)
@@ -96,7 +104,9 @@ def test_many_well_log_z_against_adaptive_quadrature(points):
     assert grid_log_z(two, -6.0, 6.0, 1201) == pytest.approx(two.log_z, abs=1e-5)
     four = FAMILIES["many_well"](dim=4)
     a, b = points[:, 0::2], points[:, 1::2]
-    np.testing.assert_allclose(values(four, points), (-(a**4) + 6 * a**2 + 0.5 * a - 0.5 * b**2).sum(1), rtol=RTOL)
+    np.testing.assert_allclose(
+        values(four, points), (-(a**4) + 6 * a**2 + 0.5 * a - 0.5 * b**2).sum(1), rtol=RTOL
+    )
 
 
 def _csv(tmp_path, text: str) -> str:
@@ -108,7 +118,9 @@ def _csv(tmp_path, text: str) -> str:
 def test_logistic_regression_matches_numpy(tmp_path):
     data = np.random.default_rng(2).normal(size=(30, 3)) * [1.0, 5.0, 0.1]
     labels = (data[:, 0] + np.random.default_rng(3).normal(size=30) > 0).astype(int)
-    text = "a,b,c,y\n" + "\n".join(",".join(map(repr, [*row.tolist(), int(lab)])) for row, lab in zip(data, labels))
+    text = "a,b,c,y\n" + "\n".join(
+        ",".join(map(repr, [*row.tolist(), int(lab)])) for row, lab in zip(data, labels, strict=True)
+    )
     t = FAMILIES["logistic_regression"](data=_csv(tmp_path, text), prior_scale=3.0)
     assert t.dim == 4 and t.log_z is None
     x = np.hstack([np.ones((30, 1)), data / data.std(0)])
@@ -135,8 +147,12 @@ def test_linear_regression_evidence_two_ways(tmp_path):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(12, 2))
     y = x @ [1.0, -2.0] + 0.3 * rng.normal(size=12)
-    text = "a,b,y\n" + "\n".join(",".join(map(repr, [*r.tolist(), float(v)])) for r, v in zip(x, y))
-    t = FAMILIES["linear_regression"](data=_csv(tmp_path, text), noise_scale=0.5, prior_scale=2.0, standardize=False)
+    text = "a,b,y\n" + "\n".join(
+        ",".join(map(repr, [*r.tolist(), float(v)])) for r, v in zip(x, y, strict=True)
+    )
+    t = FAMILIES["linear_regression"](
+        data=_csv(tmp_path, text), noise_scale=0.5, prior_scale=2.0, standardize=False
+    )
     design = np.hstack([np.ones((12, 1)), x])
     marginal = stats.multivariate_normal(np.zeros(12), 0.25 * np.eye(12) + 4.0 * design @ design.T)
     assert t.log_z == pytest.approx(marginal.logpdf(y), abs=1e-9)
@@ -151,7 +167,9 @@ def test_linear_regression_evidence_two_ways(tmp_path):
 def test_linear_regression_log_evidence_is_stable_for_collinear_designs():
     x = np.linspace(0, 1, 20)[:, None] * [1.0, 1.0 + 1e-6]
     y = x[:, 0] * 3.0
-    direct = stats.multivariate_normal(np.zeros(20), np.eye(20) + 100.0 * x @ x.T, allow_singular=True).logpdf(y)
+    direct = stats.multivariate_normal(
+        np.zeros(20), np.eye(20) + 100.0 * x @ x.T, allow_singular=True
+    ).logpdf(y)
     assert linear_regression_log_evidence(x, y, 1.0, 10.0) == pytest.approx(direct, abs=1e-7)
 
 
@@ -164,7 +182,10 @@ def test_longley_is_collinear_with_exact_evidence():
     x = np.hstack([np.ones((16, 1)), (x - x.mean(0)) / x.std(0)])
     y = (y - y.mean()) / y.std()
     cov = 0.01 * np.eye(16) + 100.0 * x @ x.T
-    assert (t.dim, t.log_z) == (7, pytest.approx(stats.multivariate_normal(np.zeros(16), cov).logpdf(y), abs=1e-8))
+    assert (t.dim, t.log_z) == (
+        7,
+        pytest.approx(stats.multivariate_normal(np.zeros(16), cov).logpdf(y), abs=1e-8),
+    )
     posterior_precision = x.T @ x / 0.01 + np.eye(7) / 100.0
     assert np.linalg.cond(posterior_precision) > 1e3
 

@@ -6,6 +6,7 @@ only traces the log density (`jax.eval_shape`), so these tests compile nothing.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def test_module_level_python_file(tmp_path):
     assert t.description == "A shifted Gaussian written at module level."
     np.testing.assert_array_equal(t.initial_mean, [1.0, 1.0, 1.0])
     np.testing.assert_array_equal(t.initial_scale, [1.0, 2.0, 3.0])
-    assert float(t.log_density(np.full(3, 2.0, np.float32))) == pytest.approx(-1.5 * np.log(2 * np.pi), rel=1e-6)
+    assert float(t.log_density(np.full(3, 2.0, np.float32))) == pytest.approx(
+        -1.5 * np.log(2 * np.pi), rel=1e-6
+    )
     assert t.source.endswith("shifted.py") and t.params == {}
 
 
@@ -99,16 +102,38 @@ def test_make_target_may_return_a_target(tmp_path):
 
 
 def test_python_file_imports_relative_to_its_folder(tmp_path):
-    write(tmp_path, "helpers_for_mcd_test.py", "import jax.numpy as jnp\ndef quad(x):\n    return -0.5 * jnp.sum(x**2)\n")
-    path = write(tmp_path, "uses_helper.py", "from helpers_for_mcd_test import quad\ndim = 2\nlog_density = quad\n")
+    write(
+        tmp_path,
+        "helpers_for_mcd_test.py",
+        "import jax.numpy as jnp\ndef quad(x):\n    return -0.5 * jnp.sum(x**2)\n",
+    )
+    path = write(
+        tmp_path, "uses_helper.py", "from helpers_for_mcd_test import quad\ndim = 2\nlog_density = quad\n"
+    )
     assert load_target(str(path)).dim == 2
 
 
 def test_two_files_with_the_same_name_are_separate_modules(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    one = load_target(str(write(tmp_path / "a", "t.py", "import jax.numpy as jnp\ndim = 1\ndef log_density(x):\n    return jnp.sum(x)\n")))
-    two = load_target(str(write(tmp_path / "b", "t.py", "import jax.numpy as jnp\ndim = 2\ndef log_density(x):\n    return jnp.sum(x)\n")))
+    one = load_target(
+        str(
+            write(
+                tmp_path / "a",
+                "t.py",
+                "import jax.numpy as jnp\ndim = 1\ndef log_density(x):\n    return jnp.sum(x)\n",
+            )
+        )
+    )
+    two = load_target(
+        str(
+            write(
+                tmp_path / "b",
+                "t.py",
+                "import jax.numpy as jnp\ndim = 2\ndef log_density(x):\n    return jnp.sum(x)\n",
+            )
+        )
+    )
     assert (one.dim, two.dim) == (1, 2)
 
 
@@ -144,7 +169,13 @@ def test_yaml_python_with_params(tmp_path):
 
 
 def test_yaml_log_z_holds_only_for_the_file_params(tmp_path):
-    write(tmp_path, "plain.py", "import jax.numpy as jnp\ndef make_target(dim=2, a=1.0):\n    return {'log_density': lambda x: -a * jnp.sum(x**2), 'dim': dim}\n")
+    write(
+        tmp_path,
+        "plain.py",
+        "import jax.numpy as jnp\n"
+        "def make_target(dim=2, a=1.0):\n"
+        "    return {'log_density': lambda x: -a * jnp.sum(x**2), 'dim': dim}\n",
+    )
     path = write(tmp_path, "p.yaml", "python: plain.py\nparams: {dim: 2}\nlog_z: 1.25\n")
     assert load_target(str(path)).log_z == 1.25
     assert load_target(str(path), {"dim": "2"}).log_z == 1.25
@@ -200,7 +231,9 @@ def test_directory_and_unreadable_file(tmp_path, monkeypatch):
 
 
 def test_not_python_not_yaml(tmp_path):
-    assert "must be Python (.py) or YAML (.yaml, .yml), got '.txt'" in error_of(str(write(tmp_path, "notes.txt", "hi")))
+    assert "must be Python (.py) or YAML (.yaml, .yml), got '.txt'" in error_of(
+        str(write(tmp_path, "notes.txt", "hi"))
+    )
     binary = tmp_path / "blob.py"
     binary.write_bytes(b"\x7fELF\x00\x01\x02")
     assert "is not a Python file" in error_of(str(binary))
@@ -284,7 +317,9 @@ def test_dim_not_matching_the_function(tmp_path):
 )
 def test_python_control_flow_on_the_traced_input(tmp_path, body):
     path = tmp_path / "branchy.py"
-    path.write_text(f"import jax.numpy as jnp\nimport numpy as np\ndim = 2\ndef log_density(x):\n    {body}\n")
+    path.write_text(
+        f"import jax.numpy as jnp\nimport numpy as np\ndim = 2\ndef log_density(x):\n    {body}\n"
+    )
     message = error_of(str(path))
     assert message.startswith(f"{path} line 5:") and "use jnp.where" in message
 
@@ -360,7 +395,10 @@ def test_unknown_family_lists_the_allowed_ones(tmp_path):
 
 def test_yaml_schema_errors_name_the_key(tmp_path):
     path = write(tmp_path, "k.yaml", "family: normal\nparms: {dim: 2}\n")
-    assert "unknown key 'parms'; allowed keys: family, python, params, initial, log_z, name, description" in error_of(str(path))
+    assert (
+        "unknown key 'parms'; allowed keys: family, python, params, initial, log_z, name, description"
+        in error_of(str(path))
+    )
     path = write(tmp_path, "both.yaml", "family: normal\npython: x.py\n")
     assert "needs exactly one of the keys family" in error_of(str(path))
     path = write(tmp_path, "i.yaml", "family: normal\ninitial: {mean: 0, sigma: 2}\n")
@@ -394,3 +432,25 @@ def test_yaml_tags_are_refused_and_nothing_runs(tmp_path):
 def test_empty_stdin():
     assert "no YAML text on standard input" in error_of("-", stdin_text="  \n")
     assert "no YAML text on standard input" in error_of("-")
+
+
+def test_prints_in_a_target_file_go_to_stderr(tmp_path, capsys):
+    path = write(
+        tmp_path, "chatty.py", "print('loading')\ndim = 1\ndef log_density(x):\n    return -x.sum() ** 2\n"
+    )
+    load_target(str(path))
+    out, err = capsys.readouterr()
+    assert out == "" and "loading" in err
+
+
+def test_the_examples_in_the_docs_load(tmp_path):
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "targets.md").read_text()
+    blocks = re.findall(r"```(python|yaml)\n(.*?)```", docs, re.S)
+    python = [text for kind, text in blocks if kind == "python"]
+    yaml_text = next(text for kind, text in blocks if kind == "yaml")
+    banana = load_target(str(write(tmp_path, "banana.py", python[0])))
+    assert (banana.dim, banana.log_z, banana.initial_scale.tolist()) == (2, 0.0, [10.0, 1.0])
+    funnel = load_target(str(write(tmp_path, "funnel.py", python[1])), {"dim": "4"})
+    assert (funnel.dim, funnel.name) == (4, "my_funnel")
+    mixture = load_target("-", stdin_text=yaml_text)
+    assert (mixture.name, mixture.dim, mixture.log_z) == ("my_mixture", 20, 0.0)

@@ -24,7 +24,7 @@ def test_text_converts_by_the_default_type():
             from_text(text, default)
 
 
-@given(st.integers(-10**12, 10**12))
+@given(st.integers(-(10**12), 10**12))
 def test_integers_round_trip(n):
     assert bind_params({"n": 0}, {"n": str(n)}, "f") == {"n": n}
 
@@ -37,12 +37,18 @@ def test_floats_round_trip(v):
 def test_typed_values_are_checked():
     declared = {"dim": 2, "scale": 1.0, "flag": True, "name": "a", "extra": None}
     assert bind_params(declared, {"dim": 3, "scale": 2, "flag": False, "extra": {"k": 1}}, "f") == {
-        "dim": 3, "scale": 2.0, "flag": False, "name": "a", "extra": {"k": 1}
+        "dim": 3,
+        "scale": 2.0,
+        "flag": False,
+        "name": "a",
+        "extra": {"k": 1},
     }
     for key, bad in (("dim", 2.5), ("dim", True), ("scale", "x"), ("flag", 1), ("name", 3)):
         with pytest.raises(TargetError, match=f"parameter '{key}' of f must be"):
             bind_params(declared, {key: bad}, "f")
-    with pytest.raises(TargetError, match="unknown parameter 'dimm' for f; allowed parameters: dim, extra, flag, name, scale"):
+    with pytest.raises(
+        TargetError, match="unknown parameter 'dimm' for f; allowed parameters: dim, extra, flag, name, scale"
+    ):
         bind_params(declared, {"dimm": 3}, "f")
 
 

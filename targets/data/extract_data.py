@@ -37,7 +37,7 @@ def breast_cancer() -> None:
 
     data = load_breast_cancer()
     header = [name.replace(" ", "_") for name in data.feature_names] + ["label"]
-    rows = [list(x) + [y] for x, y in zip(data.data, data.target)]
+    rows = [list(x) + [y] for x, y in zip(data.data, data.target, strict=True)]
     assert len(rows) == 569 and len(header) == 31
     _write(HERE / "breast_cancer.csv", header, rows)
 

@@ -198,7 +198,12 @@ def tempered_smc(key, num: int, moves: int, leapfrog: int, ess_frac: float = 0.5
             accepts.append(rate)
             eps *= 1.1 if rate > 0.8 else (0.9 if rate < 0.6 else 1.0)
         w = mean + u @ chol.T
-    return {"log_z": log_z, "temperatures": temps, "mean_acceptance": float(np.mean(accepts)), "final_step": eps}
+    return {
+        "log_z": log_z,
+        "temperatures": temps,
+        "mean_acceptance": float(np.mean(accepts)),
+        "final_step": eps,
+    }
 
 
 def main() -> None:

@@ -97,7 +97,9 @@ def _best_time(fn: Callable, x: Any, budget: float = 0.25, reps: int = 20) -> fl
     return best
 
 
-def _fallback(report: CheckReport, f: Callable, xs: jax.Array) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+def _fallback(
+    report: CheckReport, f: Callable, xs: jax.Array
+) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
     """Diagnoses why the batched, jitted value-and-gradient failed, computing what still works."""
     single = jax.jit(f)
     values, err = _attempt(jax.jit(jax.vmap(f)), xs)

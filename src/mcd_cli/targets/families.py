@@ -286,7 +286,9 @@ def logistic_regression(
         log_density,
         d,
         name="logistic_regression",
-        description=f"Bayesian logistic regression on {path.name} ({n} × {d}), prior N(0, {prior_scale:g}² I)",
+        description=(
+            f"Bayesian logistic regression on {path.name} ({n} × {d}), prior N(0, {prior_scale:g}² I)"
+        ),
     )
 
 

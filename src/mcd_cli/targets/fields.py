@@ -49,7 +49,12 @@ def parse_log_z(value: Any, display: str) -> Optional[float]:
     """A known log Z must be a finite number (or absent)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value or abs(value) == float("inf"):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or value != value
+        or abs(value) == float("inf")
+    ):
         raise TargetError(f"{display}: log_z must be a finite number, got {value!r}")
     return float(value)
 

@@ -48,7 +48,8 @@ def _load_file(path: Path, params: Optional[Mapping[str, str]], display: str) ->
             source=str(path.resolve()),
         )
     raise TargetError(
-        f"{display}: a target file must be Python (.py) or YAML (.yaml, .yml), got {path.suffix or 'no extension'!r}"
+        f"{display}: a target file must be Python (.py) or YAML (.yaml, .yml), "
+        f"got {path.suffix or 'no extension'!r}"
     )
 
 
@@ -84,7 +85,9 @@ def load_target(
     if spec == "-":
         if stdin_text is None or not stdin_text.strip():
             raise TargetError("no YAML text on standard input (target '-')")
-        return load_yaml_text(stdin_text, "<stdin>", Path.cwd(), params, default_name="stdin", source="<stdin>")
+        return load_yaml_text(
+            stdin_text, "<stdin>", Path.cwd(), params, default_name="stdin", source="<stdin>"
+        )
     path = Path(spec).expanduser()
     bundled = find_bundled(spec)
     if path.suffix or "/" in spec or "\\" in spec or (bundled is None and path.exists()):

@@ -35,10 +35,12 @@ _counter = itertools.count()
 
 @contextlib.contextmanager
 def _folder_on_path(folder: Path) -> Iterator[None]:
+    """Puts `folder` first on `sys.path`, and sends the user's prints to stderr (stdout is for results)."""
     entry = str(folder)
     sys.path.insert(0, entry)
     try:
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(entry)
@@ -79,11 +81,15 @@ def _import(path: Path, display: str) -> ModuleType:
         ) from None
     except (Exception, SystemExit) as err:  # the user's module may raise anything while importing
         sys.modules.pop(module_name, None)
-        raise TargetError(f"{where(display, err, [path])}: error while importing the file: {one_line(err)}") from None
+        raise TargetError(
+            f"{where(display, err, [path])}: error while importing the file: {one_line(err)}"
+        ) from None
     return module
 
 
-def _from_make_target(module: ModuleType, params: Mapping[str, Any], display: str, path: Path) -> tuple[dict, dict]:
+def _from_make_target(
+    module: ModuleType, params: Mapping[str, Any], display: str, path: Path
+) -> tuple[dict, dict]:
     make_target = module.make_target
     bound = bind_params(declared(module, display), params, display)
     try:
@@ -104,7 +110,8 @@ def _from_make_target(module: ModuleType, params: Mapping[str, Any], display: st
     for key in result:
         if key not in RESULT_KEYS:
             raise TargetError(
-                f"{display}: unknown key {key!r} returned by make_target; allowed keys: {', '.join(RESULT_KEYS)}"
+                f"{display}: unknown key {key!r} returned by make_target; "
+                f"allowed keys: {', '.join(RESULT_KEYS)}"
             )
     return dict(result), bound
 
@@ -143,12 +150,15 @@ def from_module(
                     f"{display} takes no parameters (it has no make_target), got {', '.join(params)}"
                 )
             if not hasattr(module, "dim"):
-                raise TargetError(f"{display} defines log_density but not dim; add `dim = <number of coordinates>`")
+                raise TargetError(
+                    f"{display} defines log_density but not dim; add `dim = <number of coordinates>`"
+                )
             fields = {k: getattr(module, k) for k in RESULT_KEYS if hasattr(module, k)}
             bound = {}
         else:
             raise TargetError(
-                f"{display} defines neither log_density(x) (with dim) nor make_target(**params); see docs/targets.md"
+                f"{display} defines neither log_density(x) (with dim) nor make_target(**params); "
+                "see docs/targets.md"
             )
         if "log_density" not in fields or "dim" not in fields:
             raise TargetError(f"{display}: make_target must return at least log_density and dim")

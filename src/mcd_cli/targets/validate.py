@@ -75,11 +75,15 @@ def probe(log_density: LogDensity, dim: int, display: str, files: Iterable[str] 
     """
     files = tuple(files)
     if not callable(log_density):
-        raise TargetError(f"{display}: log_density must be a function of one point x, got {type(log_density).__name__}")
+        raise TargetError(
+            f"{display}: log_density must be a function of one point x, got {type(log_density).__name__}"
+        )
 
     def checked(x):
         out = log_density(x)
-        if isinstance(out, (bool, np.bool_)) or not isinstance(out, (jax.Array, np.ndarray, np.generic, float, int)):
+        if isinstance(out, (bool, np.bool_)) or not isinstance(
+            out, (jax.Array, np.ndarray, np.generic, float, int)
+        ):
             raise _BadOutput(type(out).__name__)
         return out
 
@@ -108,4 +112,6 @@ def probe(log_density: LogDensity, dim: int, display: str, files: Iterable[str] 
             f"for a point of shape ({dim},){hint}"
         )
     if not jnp.issubdtype(out.dtype, jnp.floating):
-        raise TargetError(f"{display}: log_density must return a floating-point number, got dtype {out.dtype}")
+        raise TargetError(
+            f"{display}: log_density must return a floating-point number, got dtype {out.dtype}"
+        )

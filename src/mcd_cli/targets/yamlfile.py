@@ -59,12 +59,16 @@ def parse_yaml(text: str, display: str) -> dict:
         if key not in KEYS:
             raise TargetError(f"{display}: unknown key {key!r}; allowed keys: {', '.join(KEYS)}")
     if ("family" in data) == ("python" in data):
-        raise TargetError(f"{display} needs exactly one of the keys family (a built-in family) or python (a .py file)")
+        raise TargetError(
+            f"{display} needs exactly one of the keys family (a built-in family) or python (a .py file)"
+        )
     params = data.get("params")
     if params is None:
         data["params"] = {}
     elif not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
-        raise TargetError(f"{display}: params must be a mapping of parameter names to values, e.g. {{dim: 20}}")
+        raise TargetError(
+            f"{display}: params must be a mapping of parameter names to values, e.g. {{dim: 20}}"
+        )
     return data
 
 
@@ -116,7 +120,9 @@ def load_yaml_text(
         except TargetError as err:
             raise TargetError(f"{display}: {err}") from None
         except (ValueError, TypeError) as err:
-            raise TargetError(f"{display}: family {family} cannot be built from these params: {one_line(err)}") from None
+            raise TargetError(
+                f"{display}: family {family} cannot be built from these params: {one_line(err)}"
+            ) from None
     else:
         python = data["python"]
         if not isinstance(python, str) or not python.endswith(".py"):
