@@ -101,12 +101,18 @@ def append_line(path: str | os.PathLike, line: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a file system without locks: O_APPEND still keeps one write whole
+                pass
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        try:
+            os.fsync(fd)
+        except OSError:  # a pipe or a terminal (--output /dev/stdout)
+            pass
     finally:
         os.close(fd)  # closing releases the lock
 
@@ -220,17 +226,24 @@ def _write(path: str | os.PathLike, kind: str, trees: dict, meta: dict) -> None:
         _flatten(name, tree, arrays, keys)
     header = {"format": FORMAT, "version": FORMAT_VERSION, "kind": kind, "key_leaves": keys}
     header.update(meta)
-    arrays[_META] = np.frombuffer(json.dumps(header, default=_json_default).encode(), np.uint8)
+    arrays[_META] = np.frombuffer(json.dumps(json_ready(header)).encode(), np.uint8)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
+def json_ready(value: Any) -> Any:
+    """`value` as plain JSON data: non-finite floats become None, unknown objects their str()."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
     return str(value)
 
 
@@ -278,7 +291,7 @@ def target_identity(target: Any) -> dict:
     return {
         "name": target.name,
         "dim": int(target.dim),
-        "params": json.loads(json.dumps(dict(target.params), default=_json_default)),
+        "params": json_ready(dict(target.params)),
     }
 
 

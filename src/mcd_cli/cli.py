@@ -331,7 +331,7 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
     preset = values.get("preset")
     if preset is not None:
         for key, value in PRESETS[preset].items():
-            if key in values and values[key] is None:
+            if values.get(key) is None:
                 values[key] = value
     return values
 

@@ -25,6 +25,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from mcd_cli.checkpoint import json_ready
 from mcd_cli.estimate import PARETO_K_WARN
 
 
@@ -89,7 +90,7 @@ def record(
     return {
         "target": target.name,
         "dim": int(target.dim),
-        "target_params": dict(target.params),
+        "target_params": json_ready(dict(target.params)),
         "label": sconf.label,
         "sampler": sconf.sampler,
         "backward": sconf.backward,
