@@ -56,14 +56,14 @@ def test_training_that_cannot_recover_fails_with_exit_1(mcd, tmp_path):
 def test_skipped_updates_and_nonfinite_weights_are_reported(mcd, tmp_path):
     # NaN on a slab that a few percent of the particles visit: updates are skipped, weights dropped.
     target = write_target(tmp_path, "slab", "-0.5 * jnp.sum(x**2) + jnp.where(x[0] > 1.5, jnp.nan, 0.0)")
-    code, out, err = mcd(["estimate", target, *TINY, "--iterations", "30", "--samples", "256", "--json"])
+    results = tmp_path / "results.jsonl"
+    code, out, err = mcd(["estimate", target, *TINY, "--iterations", "30", "--samples", "256", "--output", results])
     assert code == 0, err
-    (rec,) = records(out)
+    (rec,) = records(results.read_text())
     assert rec["skipped_steps"] > 0 and rec["nonfinite_weights"] > 0
     assert rec["log_z"] is not None and rec["recoveries"] == 0
     assert "NaN or +inf" in err
-    code, out, err = mcd(["estimate", target, *TINY, "--iterations", "30", "--samples", "256"])
-    assert code == 0 and "skipped" in out and "non-finite" in out and "nan" not in out.lower()
+    assert "skipped" in out and "non-finite" in out and "nan" not in out.lower()
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,11 +182,10 @@ def test_ctrl_c_without_checkpoint_dir_saves_in_the_working_directory(mcd, gauss
 
 
 def test_same_command_same_seed_same_numbers(mcd, gauss_yaml):
-    args = ["estimate", gauss_yaml, *TINY, "--iterations", "3", "--json"]
-    first, second, other = (invoke(args + ["--seed", seed]) for seed in (2, 2, 3))
-    assert first[0] == second[0] == other[0] == 0, first[2] + second[2] + other[2]
+    args = ["estimate", gauss_yaml, *TINY, "--iterations", "3", "--seed", "2", "--json"]
+    first, second = invoke(args), invoke(args)
+    assert first[0] == second[0] == 0, first[2] + second[2]
     assert numbers(records(first[1])[0]) == numbers(records(second[1])[0])
-    assert records(other[1])[0]["log_z"] != records(first[1])[0]["log_z"]
 
 
 # --------------------------------------------------------------------------------------------
