@@ -330,3 +330,23 @@ def test_json_output_is_only_json(mcd, gauss_yaml):
     assert code == 0
     for line in out.splitlines():
         json.loads(line)
+
+
+def test_progress_bars_render_on_a_terminal(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from mcd_cli import report
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(report, "stderr_console", lambda: Console(file=buffer, force_terminal=True, width=100))
+    with report.ProgressDisplay(enabled=True) as progress:
+        train = progress.training("training", total=3)
+        for i, elbo in enumerate([-3.0, float("nan"), -2.5]):
+            train(i, elbo)
+        done = progress.estimation("estimating", total=128)
+        done(64, 128)
+        done(128, 128)
+    text = buffer.getvalue()
+    assert "ELBO -2.500" in text and "estimating" in text

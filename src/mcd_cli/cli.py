@@ -130,6 +130,9 @@ class McdGroup(typer.core.TyperGroup):
                 raise
             if debug and not isinstance(exc, _ClickException):
                 traceback.print_exception(exc, file=sys.stderr)
+            if isinstance(exc, BrokenPipeError):  # `mcd ... --json | head`: the reader left
+                sys.stdout = open(os.devnull, "w")
+                sys.exit(1)
             if isinstance(exc, typer.Abort):
                 exc, code = KeyboardInterrupt(), 130
             else:
