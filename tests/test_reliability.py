@@ -314,3 +314,21 @@ def test_parallel_jobs_append_whole_lines(mcd_process, gauss_yaml, tmp_path):
         assert code == 0, err
     lines = records(results.read_text())
     assert sorted(r["seed"] for r in lines) == [0, 1, 2, 3]
+
+
+def test_ctrl_c_while_estimating_keeps_the_finished_training(mcd, gauss_yaml, tmp_path, monkeypatch):
+    from mcd_cli import runner
+
+    def interrupted_estimate(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    directory = tmp_path / "ckpt"
+    args = ["estimate", gauss_yaml, *TINY, "--iterations", "2", "--checkpoint", directory, "--checkpoint-every", "0"]
+    with monkeypatch.context() as patch:
+        patch.setattr(runner, "estimate", interrupted_estimate)
+        code, out, err = mcd(args)
+    assert code == 130 and "--resume" in one_line_error(err)
+    assert checkpoint.read_meta(directory / "state-r0.npz")["iteration"] == 2
+    code, out, err = mcd(args + ["--resume", "--json"])
+    assert code == 0, err
+    assert records(out)[0]["iterations_run"] == 0

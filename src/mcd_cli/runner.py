@@ -367,6 +367,7 @@ def execute(plan: RunPlan, progress: Optional[report.ProgressDisplay] = None) ->
     update = make_update(target, s, t) if loaded is None and t.iterations > 0 else None
     for repeat in range(plan.repeats):
         key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))
+        result = None
         if loaded is not None:
             params = loaded
         else:
@@ -387,6 +388,12 @@ def execute(plan: RunPlan, progress: Optional[report.ProgressDisplay] = None) ->
             )
         except AllWeightsNonFinite as err:
             raise RunFailed(str(err)) from None
+        except KeyboardInterrupt:
+            if result is None:
+                raise
+            # Interrupted while estimating: keep the finished training, so a resume only estimates.
+            saved, reason = _save_interrupted(plan, result.state, repeat)
+            raise Interrupted(saved, result.state.iteration, t.iterations, reason) from None
         totals.estimate_seconds += time.perf_counter() - t0
         if not math.isfinite(est.log_z):
             raise RunFailed(
