@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -262,6 +263,11 @@ def test_output_in_missing_or_unwritable_directory_fails_before_running(mcd, gau
     assert code == 2 and "/proc/r.jsonl" in one_line_error(err)
     code, _, err = mcd(["estimate", gauss_yaml, *NO_TRAIN, "--output", tmp_path])
     assert code == 2 and "directory" in one_line_error(err)
+    if os.geteuid() != 0:  # permission bits do not stop root
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        code, _, err = mcd(["estimate", gauss_yaml, *NO_TRAIN, "--output", locked / "r.jsonl"])
+        assert code == 2 and "r.jsonl" in one_line_error(err)
 
 
 def test_save_then_load_reproduces_the_estimate(mcd, gauss_yaml, tmp_path):
