@@ -6,6 +6,7 @@ them here and build the `Target` the same way.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Mapping, Optional
 
@@ -46,15 +47,12 @@ def parse_initial(value: Any, display: str) -> tuple[Any, Any]:
 
 
 def parse_log_z(value: Any, display: str) -> Optional[float]:
-    """A known log Z must be a finite number (or absent)."""
+    """A known log Z must be a finite number, or a 0-d numpy/jax array holding one (or absent)."""
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or value != value
-        or abs(value) == float("inf")
-    ):
+    if getattr(value, "shape", None) == () and getattr(value, "dtype", None) is not None:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise TargetError(f"{display}: log_z must be a finite number, got {value!r}")
     return float(value)
 
