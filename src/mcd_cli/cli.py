@@ -539,17 +539,28 @@ def _estimate_plan(ctx: typer.Context, values: dict) -> runner.RunPlan:
         target=target,
         sconf=sconf,
         tconf=tconf,
-        num_samples=values["samples"] if values.get("samples") is not None else _DEFAULT_SAMPLES,
-        seed=values["seed"] if values.get("seed") is not None else 0,
-        repeats=values["repeats"] if values.get("repeats") is not None else 1,
         load=values.get("load"),
         save=values.get("save"),
-        output=values.get("output"),
         checkpoint_dir=values.get("checkpoint"),
         checkpoint_every=_DEFAULT_CHECKPOINT_EVERY if every is None else every,
         resume=bool(values.get("resume")),
-        x64=bool(values["x64"]),
+        **_run_settings(values),
     )
+
+
+def _run_settings(values: dict) -> dict:
+    """RunPlan fields shared by `estimate` and `compare` (None means the default)."""
+
+    def pick(name: str, default: Any) -> Any:
+        return default if values.get(name) is None else values[name]
+
+    return {
+        "num_samples": pick("samples", _DEFAULT_SAMPLES),
+        "seed": pick("seed", 0),
+        "repeats": pick("repeats", 1),
+        "output": values.get("output"),
+        "x64": bool(values["x64"]),
+    }
 
 
 def _dry_run(plans: list[runner.RunPlan], values: dict) -> None:
@@ -656,16 +667,7 @@ def compare(
                     cell = {**values, "sampler": s, "backward": b, "steps": k}
                     sconf, tconf = build_configs(cell)
                     plans.append(
-                        runner.RunPlan(
-                            target=target_obj,
-                            sconf=sconf,
-                            tconf=tconf,
-                            num_samples=values["samples"] if values.get("samples") is not None else _DEFAULT_SAMPLES,
-                            seed=values["seed"] if values.get("seed") is not None else 0,
-                            repeats=values["repeats"] if values.get("repeats") is not None else 1,
-                            output=values.get("output"),
-                            x64=bool(values["x64"]),
-                        )
+                        runner.RunPlan(target=target_obj, sconf=sconf, tconf=tconf, **_run_settings(values))
                     )
         available = runner.available_memory()
         for plan in plans:
