@@ -1,6 +1,7 @@
 """mcd-cli: evidence (log Z) estimation with Monte Carlo Diffusion and annealed importance sampling.
 
-The command line is `mcd` (see `mcd_cli.cli`); the library's public names are below.
+The command line is `mcd` (see `mcd_cli.cli`); the library's public names are below. The
+estimation function is `mcd_cli.estimate.estimate` (the package attribute `estimate` is the module).
 
 Example:
     >>> import jax
@@ -8,7 +9,7 @@ Example:
     >>> target = mcd_cli.load_target("gmm8", {"dim": "2"})
     >>> sconf = mcd_cli.SamplerConfig(steps=4, backward="ais")
     >>> state = mcd_cli.init_train_state(jax.random.key(0), target, sconf, mcd_cli.TrainConfig(iterations=0))
-    >>> est = mcd_cli.estimate(jax.random.key(1), state.params, target, sconf, num_samples=256)
+    >>> est = mcd_cli.estimate.estimate(jax.random.key(1), state.params, target, sconf, num_samples=256)
     >>> est.num_samples
     256
 """
@@ -21,7 +22,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0+unknown"
 
 from mcd_cli.config import PRESETS, Backward, Sampler, SamplerConfig, TrainConfig
-from mcd_cli.estimate import AllWeightsNonFinite, Estimate, estimate
+from mcd_cli.estimate import AllWeightsNonFinite, Estimate
 from mcd_cli.targets import Target, TargetError, bundled_targets, check, load_target
 from mcd_cli.training import TrainingDiverged, TrainResult, TrainState, fit, init_train_state
 
@@ -44,5 +45,4 @@ __all__ = [
     "fit",
     "Estimate",
     "AllWeightsNonFinite",
-    "estimate",
 ]
