@@ -454,3 +454,9 @@ def test_the_examples_in_the_docs_load(tmp_path):
     assert (funnel.dim, funnel.name) == (4, "my_funnel")
     mixture = load_target("-", stdin_text=yaml_text)
     assert (mixture.name, mixture.dim, mixture.log_z) == ("my_mixture", 20, 0.0)
+
+
+@pytest.mark.parametrize("value", ["[]", "{}", "3"])
+def test_family_that_is_not_a_name_is_rejected(tmp_path, value):
+    path = write(tmp_path, "f.yaml", f"family: {value}\n")
+    assert "unknown family" in error_of(str(path))

@@ -11,6 +11,8 @@ parameters, mapped through the bounded parameterisations of the paper's appendix
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -18,7 +20,7 @@ STEP_SIZE_HIDDEN = 32
 
 
 def _logit(p: float) -> float:
-    return float(jnp.log(p) - jnp.log1p(-p))
+    return math.log(p) - math.log1p(-p)
 
 
 def init_step_size(key: jax.Array, init_step_size: float, max_step_size: float) -> dict:

@@ -106,7 +106,7 @@ def load_yaml_text(
     file_params, cli_params = data["params"], dict(params or {})
     if "family" in data:
         family = data["family"]
-        if family not in FAMILIES:
+        if not isinstance(family, str) or family not in FAMILIES:
             raise TargetError(
                 f"{display}: unknown family {family!r}; allowed families: {', '.join(sorted(FAMILIES))}"
             )
