@@ -129,8 +129,8 @@ def main(argv=None) -> None:
                 target = load_target(name, {"dim": str(dim)})
                 for est in args.estimators:
                     keys = {s: f"{name}/d{dim}/{est}/K{steps}/seed{s}" for s in b["seeds"]}
-                    todo = [s for s in b["seeds"] if keys[s] not in results]
-                    if not todo:
+                    pending = [s for s in b["seeds"] if keys[s] not in results]
+                    if not pending:
                         continue
                     sconf = sampler_config(est, steps, b["hidden"])
                     update = make_update(target, sconf, tconf)
@@ -139,7 +139,7 @@ def main(argv=None) -> None:
                     jax.block_until_ready(update(state.params, state.opt_state, state.key,
                                                  jnp.asarray(1.0, dtype=jnp.float32)))
                     compile_seconds = time.perf_counter() - t0
-                    for i, seed in enumerate(todo):
+                    for i, seed in enumerate(pending):
                         t0 = time.perf_counter()
                         cell = run_cell(target, sconf, tconf, update, seed, args.num_samples)
                         cell.update(target=name, dim=dim, estimator=est, steps=steps, seed=seed,

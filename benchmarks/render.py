@@ -153,6 +153,18 @@ def goals(ours, paper) -> list[str]:
             clear = abs(pa[0]) - abs(pm[0]) > 2 * math.hypot(pa[1], pm[1])
             out.append(f"| {t} | {d} | {K} | {LABELS[base]} vs {LABELS[base + '-mcd']} | {num(pa[0])} → {num(pm[0])} "
                        f"| {'yes' if clear else 'no'} | {num(oa)} → {num(om)} | {shows} |")
+    pairs = sorted({(k[0], k[1]) for k in ours if k[3] == 256 and k[2] in ("ula", "uha")})
+    if pairs:
+        out += ["", "3. The paper's headline: MCD with K = 64 against AIS with K = 256 (4× the target "
+                "gradients). Ours / paper:", "",
+                "| target | d | ULA, K = 256 | ULA-MCD, K = 64 | UHA, K = 256 | UHA-MCD, K = 64 |", "|---|---|---|---|---|---|"]
+        for t, d in pairs:
+            row = [t, str(d)]
+            for e, K in (("ula", 256), ("ula-mcd", 64), ("uha", 256), ("uha-mcd", 64)):
+                m = ours.get((t, d, e, K), (None, None))[0]
+                p = paper(t, d, e, K)
+                row.append(f"{num(m)} / {num(p[0]) if p else '–'}")
+            out.append("| " + " | ".join(row) + " |")
     return out + [""]
 
 
