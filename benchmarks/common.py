@@ -19,9 +19,10 @@ import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
+
+from mcd_cli.checkpoint import atomic_write_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
@@ -104,18 +105,8 @@ def write_json(path: Path, data: dict) -> None:
     """Writes `data` to `path` atomically (never leaves a half-written file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False, allow_nan=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    text = json.dumps(data, indent=1, sort_keys=False, allow_nan=True) + "\n"
+    atomic_write_bytes(path, text.encode())
 
 
 class ResultFile:
