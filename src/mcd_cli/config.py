@@ -47,7 +47,7 @@ class SamplerConfig:
     sampler: str = "ula"
     backward: str = "mcd"
     steps: int = 64
-    hidden: int = 64
+    hidden: int = 32
     time_dim: int = 16
     blocks: int = 3
     learn_schedule: bool = False
