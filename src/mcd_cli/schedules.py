@@ -43,7 +43,7 @@ def step_sizes(params: dict, steps: int, max_step_size: float) -> jax.Array:
 
     Example:
         >>> p = init_step_size(jax.random.key(0), 0.05, 0.25)
-        >>> step_sizes(p, 4, 0.25).round(3).tolist()
+        >>> [round(float(s), 3) for s in step_sizes(p, 4, 0.25)]
         [0.05, 0.05, 0.05, 0.05]
     """
     t = (jnp.arange(1, steps + 1, dtype=jnp.float32) / steps)[:, None]
