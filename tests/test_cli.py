@@ -246,6 +246,7 @@ def test_bad_config_files(mcd, gauss_yaml, tmp_path):
         "list.yaml": ("- 1\n- 2\n", "mapping"),
         "yaml.yaml": ("steps: [1\n", "YAML"),
         "bool.yaml": ("seed: true\n", "seed"),
+        "twice.yaml": ("steps: 4\nseed: 1\nsteps: 8\n", "line 3: duplicate key 'steps' (first on line 1)"),
     }
     for name, (text, needle) in cases.items():
         (tmp_path / name).write_text(text)

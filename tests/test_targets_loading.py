@@ -385,6 +385,19 @@ def test_malformed_yaml_names_the_line(tmp_path):
     assert message.startswith(f"{path} line 3: malformed YAML")
 
 
+def test_repeated_yaml_keys_are_refused(tmp_path):
+    path = write(tmp_path, "twice.yaml", "family: normal\nparams: {dim: 2, scale: 1, dim: 3}\n")
+    assert error_of(str(path)) == f"{path} line 2: duplicate key 'dim' (first on line 2); keep one of the two"
+    path = write(tmp_path, "twice2.yaml", "family: normal\nname: a\nname: b\n")
+    assert error_of(str(path)).startswith(f"{path} line 3: duplicate key 'name' (first on line 2)")
+    # a merge key followed by an override is plain YAML, not a repeat
+    path = write(tmp_path, "merge.yaml", "family: normal\nbase: &b {dim: 2, scale: 1}\n")
+    assert "unknown key 'base'" in error_of(str(path))
+    from mcd_cli import safeyaml
+
+    assert safeyaml.load("b: &b {dim: 2, scale: 1}\np: {<<: *b, dim: 3}\n")["p"] == {"dim": 3, "scale": 1}
+
+
 def test_unknown_family_lists_the_allowed_ones(tmp_path):
     path = write(tmp_path, "f.yaml", "family: gausian\n")
     assert error_of(str(path)) == (

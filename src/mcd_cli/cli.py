@@ -26,7 +26,7 @@ import typer
 import yaml
 
 from mcd_cli import checkpoint as ckpt
-from mcd_cli import report, runner
+from mcd_cli import report, runner, safeyaml
 from mcd_cli.config import PRESETS, Backward, Sampler, SamplerConfig, TrainConfig
 
 _S = SamplerConfig()
@@ -263,7 +263,11 @@ def _read_config(path: Path) -> dict:
     except OSError as err:
         raise runner.UsageProblem(f"cannot read --config '{path}' ({err.strerror or err}); check the path") from None
     try:
-        data = yaml.safe_load(text)
+        data = safeyaml.load(text)
+    except safeyaml.DuplicateKeyError as err:
+        raise runner.UsageProblem(
+            f"--config '{path}' line {err.problem_mark.line + 1}: {err.problem}; keep one of the two"
+        ) from None
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""

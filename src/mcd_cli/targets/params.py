@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from mcd_cli import safeyaml
 from mcd_cli.targets.base import TargetError
 
 _TRUE = ("true", "yes", "on", "1")
@@ -80,7 +81,7 @@ def from_text(text: str, default: Any) -> Any:
     if isinstance(default, str):
         return text
     try:
-        value = yaml.safe_load(text)
+        value = safeyaml.load(text)
     except yaml.YAMLError:
         raise ValueError(text) from None
     return check_type(value, default)

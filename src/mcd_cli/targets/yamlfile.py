@@ -1,6 +1,7 @@
 """Loading a target from YAML text (a file, or standard input).
 
-Schema (PyYAML `safe_load` only: plain data, no tags, nothing executed)::
+Schema (PyYAML `safe_load` only: plain data, no tags, nothing executed; a repeated key is an
+error)::
 
     family: gaussian_mixture     # one of families.FAMILIES, or instead:
     python: my_target.py         # a Python target file, relative to the YAML file
@@ -23,6 +24,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
+from mcd_cli import safeyaml
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.families import FAMILIES, PATH_PARAMETERS
 from mcd_cli.targets.fields import build, parse_log_z
@@ -34,9 +36,13 @@ KEYS = ("family", "python", "params", "initial", "log_z", "name", "description")
 
 
 def parse_yaml(text: str, display: str) -> dict:
-    """`safe_load`s the text and checks it is a mapping of known keys; errors name the line."""
+    """Safe-loads the text (`safeyaml.load`) and checks it is a mapping of known keys; errors name the line."""
     try:
-        data = yaml.safe_load(text)
+        data = safeyaml.load(text)
+    except safeyaml.DuplicateKeyError as err:
+        raise TargetError(
+            f"{display} line {err.problem_mark.line + 1}: {err.problem}; keep one of the two"
+        ) from None
     except yaml.constructor.ConstructorError as err:
         match = re.search(r"tag '([^']*)'", str(err.problem))
         tag = match.group(1).replace("tag:yaml.org,2002:", "!!") if match else "?"
