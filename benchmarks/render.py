@@ -129,10 +129,13 @@ def paper_tables(data: dict) -> str:
 
 
 def goals(ours, paper) -> list[str]:
-    out = ["## Goals (from the paper)", "",
-           "1. ULA-MCD and UHA-MCD with K = 64 reach |log Ẑ| ≤ 0.1 at d = 20 on gauss_shift, "
-           "gauss_narrow, gmm8, student_t3:", "", "| target | estimator | ours | met |", "|---|---|---|---|"]
-    for t in GOAL_TARGETS:
+    out = ["## Goals (from the paper)", ""]
+    goal1 = [(t, e) for t in GOAL_TARGETS for e in ("ula-mcd", "uha-mcd") if (t, 20, e, 64) in ours]
+    out += ["1. ULA-MCD and UHA-MCD with K = 64 reach |log Ẑ| ≤ 0.1 at d = 20 on gauss_shift, "
+            "gauss_narrow, gmm8, student_t3" + (":" if goal1 else ": no d = 20, K = 64 MCD cells in this file.")]
+    if goal1:
+        out += ["", "| target | estimator | ours | met |", "|---|---|---|---|"]
+    for t in GOAL_TARGETS if goal1 else ():
         for e in ("ula-mcd", "uha-mcd"):
             m, se = ours.get((t, 20, e, 64), (None, None))
             met = "not run" if m is None else ("yes" if abs(m) <= 0.1 else f"no (short by {abs(m) - 0.1:.2f})")
