@@ -314,6 +314,21 @@ def test_dry_run_checks_without_running(mcd, gauss_yaml):
     assert out.startswith("ok: ULA-MCD K=")
 
 
+def test_a_score_network_narrower_than_the_target_is_warned_before_training(mcd, gauss_yaml):
+    args = ["estimate", "gmm8", "--param", "dim=40", "--dry-run"]
+    code, out, err = mcd([*args, "--hidden", "32"])
+    assert code == 0, err
+    assert err.splitlines() == [
+        "warning: the score network (--hidden 32) is narrower than the target (d = 40): its output "
+        "spans at most 32 of 40 directions, which limits MCD; use --hidden 64 or more (slower per iteration)"
+    ]
+    assert mcd([*args, "--hidden", "40"])[2] == ""  # wide enough
+    assert mcd([*args, "--hidden", "32", "--backward", "ais"])[2] == ""  # no score network
+    assert mcd([*args, "--hidden", "32", "-q"])[2] == ""
+    code, _, err = mcd(["compare", "gmm8", "--param", "dim=40", "--hidden", "8", "--sampler", "ula,uha", "--dry-run"])
+    assert code == 0 and len(err.splitlines()) == 1  # said once, not once per cell
+
+
 def test_x64_runs_in_float64_and_restores(mcd, gauss_yaml):
     import jax
 

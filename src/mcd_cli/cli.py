@@ -447,6 +447,14 @@ def _emit(records: list[dict], values: dict, table) -> None:
                 print(warning, file=sys.stderr)
 
 
+def _warn_before(plans: list[runner.RunPlan], values: dict) -> None:
+    """Warnings known from the settings alone, on stderr before any work (each line once)."""
+    if values.get("quiet"):
+        return
+    for line in dict.fromkeys(w for plan in plans for w in runner.plan_warnings(plan)):
+        print(line, file=sys.stderr)
+
+
 def _append(values: dict, rec: dict) -> None:
     if values.get("output") is not None:
         ckpt.append_line(values["output"], report.to_json(rec))
@@ -518,6 +526,7 @@ def estimate(
     with precision(bool(values["x64"])):
         plan = _estimate_plan(ctx, values)
         runner.validate(plan)
+        _warn_before([plan], values)
         if values["dry_run"]:
             _dry_run([plan], values)
             return
@@ -676,6 +685,7 @@ def compare(
         available = runner.available_memory()
         for plan in plans:
             runner.validate(plan, available=available)
+        _warn_before(plans, values)
         if values["dry_run"]:
             _dry_run(plans, values)
             return

@@ -284,6 +284,30 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
         check_memory(plan, available if available is not None else available_memory())
 
 
+def plan_warnings(plan: RunPlan) -> list[str]:
+    """Settings that will run but are known to limit the result, one line each (shown before training).
+
+    The score network's output is a linear map of its `hidden`-wide last layer, so it spans at most
+    `hidden` of the target's `dim` directions: below the target's dimension, MCD can only correct
+    the backward kernel in a subspace, and in high dimension it then falls far short of what it can
+    reach (see docs/benchmarks.md, d = 200).
+    """
+    out = []
+    s, dim = plan.sconf, plan.target.dim
+    if s.backward == "mcd" and s.hidden < dim:
+        out.append(
+            f"warning: the score network (--hidden {s.hidden}) is narrower than the target (d = {dim}): "
+            f"its output spans at most {s.hidden} of {dim} directions, which limits MCD; use --hidden "
+            f"{_at_least(dim)} or more (slower per iteration)"
+        )
+    return out
+
+
+def _at_least(dim: int) -> int:
+    """The smallest multiple of 32 that is at least `dim`."""
+    return -(-dim // 32) * 32
+
+
 # --------------------------------------------------------------------------------------------
 # Execution
 
