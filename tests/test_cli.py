@@ -329,6 +329,19 @@ def test_a_score_network_narrower_than_the_target_is_warned_before_training(mcd,
     assert code == 0 and len(err.splitlines()) == 1  # said once, not once per cell
 
 
+def test_the_default_score_width_follows_the_dimension(mcd):
+    def hidden(*args):
+        code, out, err = mcd([*args, "--dry-run", "--json"])
+        assert code == 0 and err == "", err
+        return {records(out)[-1]["sampler_config"]["hidden"]}
+
+    assert hidden("estimate", "gmm8") == {32}  # d = 20
+    assert hidden("estimate", "gmm8", "--param", "dim=40") == {64}
+    assert hidden("compare", "gmm8", "--param", "dim=200", "--sampler", "ula,uha") == {224}
+    assert hidden("estimate", "gmm8", "--param", "dim=40", "--preset", "paper") == {512}
+    assert hidden("estimate", "gmm8", "--param", "dim=40", "--hidden", "48") == {48}
+
+
 def test_x64_runs_in_float64_and_restores(mcd, gauss_yaml):
     import jax
 

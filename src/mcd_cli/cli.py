@@ -27,7 +27,7 @@ import yaml
 
 from mcd_cli import checkpoint as ckpt
 from mcd_cli import report, runner, safeyaml
-from mcd_cli.config import PRESETS, Backward, Sampler, SamplerConfig, TrainConfig
+from mcd_cli.config import PRESETS, Backward, Sampler, SamplerConfig, TrainConfig, hidden_for
 
 _S = SamplerConfig()
 _T = TrainConfig()
@@ -205,7 +205,7 @@ RepeatsOpt = Annotated[
 ]
 HiddenOpt = Annotated[
     Optional[int],
-    typer.Option("--hidden", help=f"Width d_h of the score network (MCD). (default: {_S.hidden})", show_default=False),
+    typer.Option("--hidden", help="Width d_h of the score network (MCD); keep it at least the target's dimension. (default: the dimension rounded up to a multiple of 32, between 32 and 512)", show_default=False),
 ]
 LearnScheduleOpt = Annotated[
     Optional[bool],
@@ -546,6 +546,8 @@ def _estimate_plan(ctx: typer.Context, values: dict) -> runner.RunPlan:
         for name in _SAMPLER_FIELDS:
             if values.get(name) is None:
                 values[name] = getattr(saved, name)
+    if values.get("hidden") is None:
+        values["hidden"] = hidden_for(target.dim)
     sconf, tconf = build_configs(values)
     every = values.get("checkpoint_every")
     return runner.RunPlan(
@@ -673,6 +675,8 @@ def compare(
     _positive(values, "batch_size", "samples", "repeats", "hidden")
     with precision(bool(values["x64"])):
         target_obj = load_target(values.get("target"), values["param"])
+        if values.get("hidden") is None:
+            values["hidden"] = hidden_for(target_obj.dim)
         plans = []
         for s in samplers_:
             for b in backwards:

@@ -24,6 +24,22 @@ class Backward(str, enum.Enum):
     mcd = "mcd"
 
 
+MAX_DEFAULT_HIDDEN = 512  # the paper's width
+
+
+def hidden_for(dim: int) -> int:
+    """The command line's default score-network width for a `dim`-dimensional target.
+
+    The network's output spans at most `hidden` directions, so the width follows the dimension:
+    the smallest multiple of 32 that is at least `dim`, at least 32 and at most 512.
+
+    Example:
+        >>> [hidden_for(d) for d in (2, 20, 33, 200, 5000)]
+        [32, 32, 64, 224, 512]
+    """
+    return min(MAX_DEFAULT_HIDDEN, max(32, -(-dim // 32) * 32))
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
     """What the sampler is.
@@ -32,7 +48,8 @@ class SamplerConfig:
         sampler: "ula" or "uha".
         backward: "ais" or "mcd".
         steps: number of annealing steps K.
-        hidden: width d_h of the score network (MCD only).
+        hidden: width d_h of the score network (MCD only). The command line's default is
+            `hidden_for(dim)`, which follows the target's dimension.
         time_dim: width d_t of the step-index embedding (MCD only).
         blocks: residual blocks of the score network (MCD only).
         learn_schedule: learn the annealing schedule β (else linear β_k = k/K).
