@@ -54,7 +54,29 @@ def _block(tree):
     return tree
 
 
-class TrainTimer:
+class _Timer:
+    """Times `step()` (one compiled call); the first call, compilation included, is timed apart."""
+
+    def __init__(self):
+        self.count = 0
+        t0 = time.perf_counter()
+        self.run(1)
+        self.compile_seconds = time.perf_counter() - t0
+
+    def step(self):
+        raise NotImplementedError
+
+    def run(self, n: int) -> float:
+        """Runs n steps; returns the seconds they took (device work included)."""
+        t0 = time.perf_counter()
+        for _ in range(n):
+            out = self.step()
+            self.count += 1
+        _block(out)
+        return time.perf_counter() - t0
+
+
+class TrainTimer(_Timer):
     """One estimator's compiled training step, with its own parameters carried between calls."""
 
     def __init__(self, target, sconf, tconf, seed=0):
@@ -63,40 +85,26 @@ class TrainTimer:
         self.params, self.opt_state = state.params, state.opt_state
         self.key = state.key
         self.lr_scale = jnp.asarray(1.0, dtype=jnp.float32)
-        self.count = 0
-        t0 = time.perf_counter()
-        self.run(1)
-        self.compile_seconds = time.perf_counter() - t0
+        super().__init__()
 
-    def run(self, n: int) -> float:
-        """Runs n updates; returns the seconds they took (device work included)."""
-        t0 = time.perf_counter()
-        for _ in range(n):
-            self.params, self.opt_state, elbo, _ = self.update(
-                self.params, self.opt_state, jax.random.fold_in(self.key, self.count), self.lr_scale
-            )
-            self.count += 1
-        _block(elbo)
-        return time.perf_counter() - t0
+    def step(self):
+        self.params, self.opt_state, elbo, _ = self.update(
+            self.params, self.opt_state, jax.random.fold_in(self.key, self.count), self.lr_scale
+        )
+        return elbo
 
 
-class EstimateTimer:
+class EstimateTimer(_Timer):
     """One estimator's compiled chunk of importance samples."""
 
     def __init__(self, target, sconf, params, chunk_size):
         self.chunk = make_sampler(target, sconf, chunk_size)
-        self.params, self.chunk_size, self.count = params, chunk_size, 0
-        t0 = time.perf_counter()
-        self.run(1)
-        self.compile_seconds = time.perf_counter() - t0
+        self.params, self.chunk_size = params, chunk_size
+        super().__init__()
 
-    def run(self, n: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            out = self.chunk(self.params, jax.random.key(1), jnp.asarray(self.count * self.chunk_size, dtype=jnp.uint32))
-            self.count += 1
-        _block(out)
-        return time.perf_counter() - t0
+    def step(self):
+        offset = jnp.asarray(self.count * self.chunk_size, dtype=jnp.uint32)
+        return self.chunk(self.params, jax.random.key(1), offset)
 
 
 def time_dimension(args, dim: int) -> dict:

@@ -320,7 +320,7 @@ def test_a_score_network_narrower_than_the_target_is_warned_before_training(mcd,
     assert code == 0, err
     assert err.splitlines() == [
         "warning: the score network (--hidden 32) is narrower than the target (d = 40): its output "
-        "spans at most 32 of 40 directions, which limits MCD; use --hidden 64 or more (slower per iteration)"
+        "spans at most 32 of 40 directions, which limits MCD; use --hidden 40 or more (slower per iteration)"
     ]
     assert mcd([*args, "--hidden", "40"])[2] == ""  # wide enough
     assert mcd([*args, "--hidden", "32", "--backward", "ais"])[2] == ""  # no score network

@@ -352,9 +352,11 @@ def _field_error(err: ValueError) -> runner.UsageProblem:
     return runner.UsageProblem(text)
 
 
-def build_configs(values: dict) -> tuple[SamplerConfig, TrainConfig]:
-    """The library's config objects from resolved values (None means the library default)."""
+def build_configs(values: dict, dim: int) -> tuple[SamplerConfig, TrainConfig]:
+    """The library's config objects from resolved values (None means the library default, except
+    the score width, which follows the target's dimension `dim`: `hidden_for(dim)`)."""
     skw = {k: values[k] for k in _SAMPLER_FIELDS if values.get(k) is not None}
+    skw.setdefault("hidden", hidden_for(dim))
     tkw = {k: values[k] for k in _TRAIN_FIELDS if values.get(k) is not None}
     try:
         return SamplerConfig(**skw), TrainConfig(**tkw)
@@ -546,9 +548,7 @@ def _estimate_plan(ctx: typer.Context, values: dict) -> runner.RunPlan:
         for name in _SAMPLER_FIELDS:
             if values.get(name) is None:
                 values[name] = getattr(saved, name)
-    if values.get("hidden") is None:
-        values["hidden"] = hidden_for(target.dim)
-    sconf, tconf = build_configs(values)
+    sconf, tconf = build_configs(values, target.dim)
     every = values.get("checkpoint_every")
     return runner.RunPlan(
         target=target,
@@ -675,14 +675,12 @@ def compare(
     _positive(values, "batch_size", "samples", "repeats", "hidden")
     with precision(bool(values["x64"])):
         target_obj = load_target(values.get("target"), values["param"])
-        if values.get("hidden") is None:
-            values["hidden"] = hidden_for(target_obj.dim)
         plans = []
         for s in samplers_:
             for b in backwards:
                 for k in steps_list:
                     cell = {**values, "sampler": s, "backward": b, "steps": k}
-                    sconf, tconf = build_configs(cell)
+                    sconf, tconf = build_configs(cell, target_obj.dim)
                     plans.append(
                         runner.RunPlan(target=target_obj, sconf=sconf, tconf=tconf, **_run_settings(values))
                     )

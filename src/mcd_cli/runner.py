@@ -298,14 +298,9 @@ def plan_warnings(plan: RunPlan) -> list[str]:
         out.append(
             f"warning: the score network (--hidden {s.hidden}) is narrower than the target (d = {dim}): "
             f"its output spans at most {s.hidden} of {dim} directions, which limits MCD; use --hidden "
-            f"{_at_least(dim)} or more (slower per iteration)"
+            f"{dim} or more (slower per iteration)"
         )
     return out
-
-
-def _at_least(dim: int) -> int:
-    """The smallest multiple of 32 that is at least `dim`."""
-    return -(-dim // 32) * 32
 
 
 # --------------------------------------------------------------------------------------------
