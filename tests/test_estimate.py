@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from mcd_cli import estimate, samplers
-from mcd_cli.config import SamplerConfig
-from mcd_cli.targets.base import Target
+from mcd_cli import estimate
 
 
 def test_summarize_matches_definitions():
@@ -74,15 +72,3 @@ def test_combine():
     mean, se = estimate.combine([1.0, 2.0, 3.0])
     assert mean == 2.0 and se == pytest.approx(1.0 / np.sqrt(3))
     assert estimate.combine([1.5]) == (1.5, None)
-
-
-def test_chunking_does_not_change_weights():
-    target = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=2)
-    config = SamplerConfig(sampler="ula", backward="ais", steps=4)
-    params = samplers.init_params(jax.random.key(0), target, config)
-    a = estimate.log_weights(jax.random.key(1), params, target, config, 100, chunk_size=100)
-    b = estimate.log_weights(jax.random.key(1), params, target, config, 100, chunk_size=32)
-    np.testing.assert_allclose(a, b, rtol=1e-6)
-    calls = []
-    estimate.log_weights(jax.random.key(1), params, target, config, 100, 32, lambda d, t: calls.append((d, t)))
-    assert calls == [(32, 100), (64, 100), (96, 100), (100, 100)]

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mcd_cli import schedules, score
-from mcd_cli.samplers.common import remat_segments
+from mcd_cli.annealing import remat_segments
 
 
 def test_step_sizes_start_flat_and_stay_bounded():

@@ -9,7 +9,8 @@ import pytest
 from jax.scipy.special import logsumexp
 from jax.scipy.stats import norm
 
-from mcd_cli import estimate, training
+from mcd_cli import annealing, training
+from mcd_cli.estimate import Estimate, combine, summarize
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.base import Target
 
@@ -28,26 +29,30 @@ NARROW = Target.create(
 SMALL = SamplerConfig(sampler="ula", backward="mcd", steps=8, hidden=32)
 
 
+def _estimate(key, params, target, sconf, num_samples):
+    return summarize(annealing.sample_log_weights(key, params, target, sconf, num_samples))
+
+
 def _train_and_estimate(target, sconf, iterations, seed=0, num_samples=4096):
     tconf = TrainConfig(iterations=iterations, batch_size=64, lr=3e-3)
     state = training.init_train_state(jax.random.key(seed), target, sconf, tconf)
-    before = estimate.estimate(jax.random.key(99), state.params, target, sconf, num_samples)
+    before = _estimate(jax.random.key(99), state.params, target, sconf, num_samples)
     result = training.fit(state, target, sconf, tconf)
-    after = estimate.estimate(jax.random.key(99), result.params, target, sconf, num_samples)
+    after = _estimate(jax.random.key(99), result.params, target, sconf, num_samples)
     return before, after, result
 
 
-def _elbo_se(e: estimate.Estimate, log_w_sd: float) -> float:
+def _elbo_se(e: Estimate, log_w_sd: float) -> float:
     return log_w_sd / np.sqrt(e.num_samples)
 
 
 def _replicate_errors(params, target, sconf, replicates=32, num_samples=256):
     """|log Ẑ − log Z| of independent small-N estimates: mean and its standard error."""
     errors = [
-        abs(estimate.estimate(jax.random.key(100 + r), params, target, sconf, num_samples).log_z - target.log_z)
+        abs(_estimate(jax.random.key(100 + r), params, target, sconf, num_samples).log_z - target.log_z)
         for r in range(replicates)
     ]
-    return estimate.combine(errors)
+    return combine(errors)
 
 
 def test_training_raises_elbo_and_shrinks_error():
@@ -79,7 +84,7 @@ def test_update_compiles_once():
     result = training.fit(state, MIXTURE, sconf, tconf, update=update)
     assert update._cache_size() == 1
     # Recovery halves the learning rate through a traced argument: still no recompilation.
-    halved = dataclasses.replace(result.state, lr_scale=0.5)
+    halved = result.state._replace(lr_scale=0.5)
     training.fit(halved, MIXTURE, sconf, dataclasses.replace(tconf, iterations=4), update=update)
     assert update._cache_size() == 1
 

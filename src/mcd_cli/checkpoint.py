@@ -37,8 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mcd_cli.errors import UsageError
+
 FORMAT = "mcd-cli"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: parameters and states are the NamedTuple pytrees of mcd-cli 0.2
 PARAMS_KIND = "params"
 STATE_KIND = "train-state"
 _META = "__meta__"
@@ -49,7 +51,7 @@ except ImportError:  # not on Windows; O_APPEND alone still keeps single writes 
     fcntl = None
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UsageError):
     """A parameter, checkpoint or output file that cannot be used. The message is one line."""
 
 
@@ -271,8 +273,9 @@ def _read(path: str | os.PathLike) -> tuple[dict, dict]:
         raise CheckpointError(not_ours) from None
     if meta.get("version") != FORMAT_VERSION:
         raise CheckpointError(
-            f"'{path}' uses file format version {meta.get('version')}, this mcd-cli reads "
-            f"version {FORMAT_VERSION}; refit with this version"
+            f"'{path}' uses file format version {meta.get('version')} (mcd-cli "
+            f"{meta.get('mcd_cli_version', 'unknown')}), this mcd-cli reads version {FORMAT_VERSION}; "
+            "refit with this version"
         )
     return arrays, meta
 
@@ -343,28 +346,18 @@ def load_params(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     return _restore("params", arrays, template, keys, str(path)), meta
 
 
-def _state_fields(state: Any) -> dict:
-    if dataclasses.is_dataclass(state):
-        return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
-    if hasattr(state, "_asdict"):
-        return dict(state._asdict())
-    raise TypeError(f"cannot checkpoint a {type(state).__name__}")
-
-
 def save_state(path: str | os.PathLike, state: Any, meta: Optional[dict] = None) -> None:
-    """Saves a whole training state (parameters, optimiser state, iteration, key, ...) atomically."""
-    fields = _state_fields(state)
+    """Saves a whole training state (a pytree: parameters, optimiser state, key, counters) atomically."""
     meta = dict(meta or {})
-    meta["iteration"] = int(fields.get("iteration", 0))
-    meta["none_fields"] = [name for name, value in fields.items() if value is None]
-    _write(path, STATE_KIND, fields, meta)
+    meta["iteration"] = int(getattr(state, "iteration", 0))
+    _write(path, STATE_KIND, {"state": state}, meta)
 
 
 def load_state(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """Restores a training state saved by `save_state` into the structure of `template`.
 
-    `template` is a freshly initialised state for the same target and settings; fields that were
-    None when saved (e.g. no snapshot yet) come back as None.
+    `template` is a freshly initialised state for the same target and settings; Python scalars in
+    it (the iteration, the counters) come back as the same Python types.
     """
     arrays, meta = _read(path)
     if meta.get("kind") != STATE_KIND:
@@ -372,16 +365,4 @@ def load_state(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
             f"'{path}' holds trained parameters, not a training checkpoint; use it with --load"
         )
     keys = set(meta.get("key_leaves", ()))
-    none_fields = set(meta.get("none_fields", ()))
-    fields = _state_fields(template)
-    restored = {}
-    for name, like in fields.items():
-        if name in none_fields:
-            restored[name] = None
-            continue
-        if like is None:
-            like = fields["params"] if name.endswith("params") else fields.get("opt_state")
-        restored[name] = _restore(name, arrays, like, keys, str(path))
-    if dataclasses.is_dataclass(template):
-        return dataclasses.replace(template, **restored), meta
-    return type(template)(**restored), meta
+    return _restore("state", arrays, template, keys, str(path)), meta

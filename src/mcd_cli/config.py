@@ -7,21 +7,6 @@ Both are frozen, hashable dataclasses so that a `SamplerConfig` can be a static 
 from __future__ import annotations
 
 import dataclasses
-import enum
-
-
-class Sampler(str, enum.Enum):
-    """Forward kernel: unadjusted Langevin (ULA) or unadjusted Hamiltonian (UHA)."""
-
-    ula = "ula"
-    uha = "uha"
-
-
-class Backward(str, enum.Enum):
-    """Backward kernel: the standard AIS reversal or the learned MCD score reversal."""
-
-    ais = "ais"
-    mcd = "mcd"
 
 
 MAX_DEFAULT_HIDDEN = 512  # the paper's width
@@ -45,8 +30,8 @@ class SamplerConfig:
     """What the sampler is.
 
     Attributes:
-        sampler: "ula" or "uha".
-        backward: "ais" or "mcd".
+        sampler: the forward kernel, a name in `kernels.FORWARD` ("ula" or "uha").
+        backward: the backward kernel, a name in `kernels.BACKWARD` ("ais" or "mcd").
         steps: number of annealing steps K.
         hidden: width d_h of the score network (MCD only). The command line's default is
             `hidden_for(dim)`, which follows the target's dimension.
@@ -76,8 +61,9 @@ class SamplerConfig:
     remat: bool = False
 
     def __post_init__(self):
-        object.__setattr__(self, "sampler", Sampler(self.sampler).value)
-        object.__setattr__(self, "backward", Backward(self.backward).value)
+        from mcd_cli.kernels import registry  # the registry imports this module's users
+
+        registry.estimator(self.sampler, self.backward)  # ValueError naming the choices
         if int(self.steps) < 1:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
         if not 0.0 < self.init_step_size < self.max_step_size:
@@ -93,16 +79,19 @@ class SamplerConfig:
     @property
     def label(self) -> str:
         """The paper's name of the estimator: ULA, UHA, ULA-MCD or UHA-MCD."""
-        base = self.sampler.upper()
-        return base if self.backward == "ais" else f"{base}-MCD"
+        from mcd_cli.kernels import registry
+
+        return registry.estimator(self.sampler, self.backward).label
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """How the sampler's parameters are fitted (maximising the ELBO with Adam).
+    """How the sampler's parameters are fitted (an objective of the batch's log weights, with Adam).
 
     Attributes:
         iterations: number of optimiser updates (0 = no training).
+        objective: what training minimises, a name in `objectives.OBJECTIVES` ("elbo": the negative
+            ELBO; "logvar": the variance of the log weights).
         batch_size: particles per ELBO estimate.
         lr: Adam learning rate.
         clip_norm: gradients are clipped to this global norm.
@@ -113,6 +102,7 @@ class TrainConfig:
     """
 
     iterations: int = 1000
+    objective: str = "elbo"
     batch_size: int = 128
     lr: float = 1e-3
     clip_norm: float = 10.0
@@ -123,6 +113,10 @@ class TrainConfig:
     def __post_init__(self):
         if int(self.iterations) < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        from mcd_cli.objectives import OBJECTIVES
+
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if int(self.batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if not (self.lr > 0 and self.lr < float("inf")):

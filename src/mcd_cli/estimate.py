@@ -18,25 +18,20 @@ The key of particle `i` is `fold_in(key, i)`: results do not depend on the chunk
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Optional, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from scipy.special import logsumexp, softmax
 
-from mcd_cli import samplers
-from mcd_cli.config import SamplerConfig
-from mcd_cli.targets.base import Target
+from mcd_cli.errors import RunFailed
+
 
 # Above this k̂ the weights' tail is too heavy for the standard error to mean much.
 PARETO_K_WARN = 0.7
 
 
-class AllWeightsNonFinite(RuntimeError):
+class AllWeightsNonFinite(RunFailed):
     """No importance weight was finite: there is nothing to estimate from."""
 
 
@@ -147,75 +142,6 @@ def summarize(log_w: np.ndarray, seconds: float = 0.0) -> Estimate:
         num_nonfinite=num_nonfinite,
         seconds=seconds,
     )
-
-
-@functools.lru_cache(maxsize=16)
-def make_sampler(
-    target: Target, sconf: SamplerConfig, chunk_size: int
-) -> Callable[[Any, jax.Array, jax.Array], jax.Array]:
-    """Jitted `(params, key, first_index) -> log weights of particles first_index … + chunk_size`.
-
-    Cached, so repeated estimates of the same target and configuration compile once.
-    """
-
-    @jax.jit
-    def chunk(params, key, first_index):
-        indices = first_index + jnp.arange(chunk_size)
-        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(indices)
-        log_w, _ = jax.vmap(lambda k: samplers.log_weight(k, params, target, sconf))(keys)
-        return log_w
-
-    return chunk
-
-
-def log_weights(
-    key: jax.Array,
-    params: Any,
-    target: Target,
-    sconf: SamplerConfig,
-    num_samples: int = 16_384,
-    chunk_size: int = 1024,
-    callback: Optional[Callable[[int, int], None]] = None,
-) -> np.ndarray:
-    """`num_samples` log weights, generated `chunk_size` particles at a time."""
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-    chunk_size = max(1, min(chunk_size, num_samples))
-    chunk = make_sampler(target, sconf, chunk_size)
-    out = np.empty(num_samples, dtype=np.float64)
-    for start in range(0, num_samples, chunk_size):
-        values = np.asarray(chunk(params, key, jnp.asarray(start, dtype=jnp.uint32)))
-        stop = min(start + chunk_size, num_samples)
-        out[start:stop] = values[: stop - start]
-        if callback is not None:
-            callback(stop, num_samples)
-    return out
-
-
-def estimate(
-    key: jax.Array,
-    params: Any,
-    target: Target,
-    sconf: SamplerConfig,
-    num_samples: int = 16_384,
-    chunk_size: int = 1024,
-    callback: Optional[Callable[[int, int], None]] = None,
-) -> Estimate:
-    """Estimates log Z with `num_samples` importance samples of the (trained) sampler.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from mcd_cli.targets import Target
-        >>> t = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=2, log_z=float(jnp.log(2 * jnp.pi)))
-        >>> c = SamplerConfig(steps=4, backward="ais")
-        >>> p = samplers.init_params(jax.random.key(0), t, c)
-        >>> e = estimate(jax.random.key(1), p, t, c, num_samples=512, chunk_size=256)
-        >>> abs(e.log_z - t.log_z) < 4 * e.log_z_stderr + 1e-3
-        True
-    """
-    t0 = time.perf_counter()
-    log_w = log_weights(key, params, target, sconf, num_samples, chunk_size, callback)
-    return summarize(log_w, seconds=time.perf_counter() - t0)
 
 
 def combine(values: Sequence[float]) -> tuple[float, Optional[float]]:

@@ -1,8 +1,8 @@
-"""What people and pipelines see: rich tables on stdout, JSON records, progress bars on stderr.
+"""What people and pipelines see: rich tables on stdout, JSON lines, progress bars on stderr.
 
-Nothing here computes an estimate; the functions take results and turn them into text. A record
-(`record`) is a flat dict with a fixed set of keys (documented in docs/json.md) in which every
-number is finite or `None`: JSON has no NaN, and a NaN is never shown as an answer.
+Nothing here computes an estimate; the functions take a record's JSON form (`RunRecord.as_dict()`,
+documented in docs/json.md, every number finite or `None`) and turn it into text. `ProgressDisplay`
+implements the run layer's `Progress` protocol with rich progress bars.
 """
 
 from __future__ import annotations
@@ -25,105 +25,13 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from mcd_cli.checkpoint import json_ready
 from mcd_cli.estimate import PARETO_K_WARN
-
-
-def finite(value: Any) -> Optional[float]:
-    """`value` as a float when it is a finite number, else None."""
-    if value is None:
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+from mcd_cli.record import finite
 
 
 def to_json(record: dict) -> str:
     """One JSON line; refuses NaN/inf (records hold None instead)."""
     return json.dumps(record, allow_nan=False, separators=(", ", ": "))
-
-
-def device_name() -> str:
-    """The JAX device used, e.g. `cpu` or `gpu:NVIDIA H100 80GB HBM3`."""
-    import jax
-
-    device = jax.devices()[0]
-    kind = str(getattr(device, "device_kind", "") or "")
-    platform = str(device.platform)
-    return platform if not kind or kind.lower() == platform else f"{platform}:{kind}"
-
-
-def record(
-    *,
-    target: Any,
-    sconf: Any,
-    tconf: Any,
-    estimates: Sequence[Any],
-    combined: tuple[float, Optional[float]],
-    seed: int,
-    train_seconds: float,
-    estimate_seconds: float,
-    skipped_steps: int,
-    recoveries: int,
-    iterations_run: int,
-    device: str,
-    version: str,
-    precision: str,
-    loaded_from: Optional[str] = None,
-) -> dict:
-    """The JSON record of one `mcd estimate` run (or one cell of `mcd compare`).
-
-    With one repeat, `log_z_stderr` is the delta-method standard error of that estimate; with R
-    repeats, `log_z` is their mean and `log_z_stderr` the standard error of the mean (sd/√R).
-    Diagnostics are averaged over repeats, except `pareto_k` (the worst) and the counts (summed).
-    """
-    log_z, stderr = combined
-    if len(estimates) == 1:
-        stderr = estimates[0].log_z_stderr
-    reference = finite(target.log_z)
-    num_samples = int(sum(e.num_samples for e in estimates) / len(estimates))
-    ess = sum(e.ess for e in estimates) / len(estimates)
-    elbo = sum(e.elbo for e in estimates) / len(estimates)
-    pareto = max(e.pareto_k for e in estimates)
-    return {
-        "target": target.name,
-        "dim": int(target.dim),
-        "target_params": json_ready(dict(target.params)),
-        "label": sconf.label,
-        "sampler": sconf.sampler,
-        "backward": sconf.backward,
-        "steps": int(sconf.steps),
-        "log_z": finite(log_z),
-        "log_z_stderr": finite(stderr),
-        "log_z_repeats": [finite(e.log_z) for e in estimates],
-        "elbo": finite(elbo),
-        "ess": finite(ess),
-        "ess_per_sample": finite(ess / num_samples) if num_samples else None,
-        "pareto_k": finite(pareto),
-        "pareto_k_ok": bool(pareto <= PARETO_K_WARN),
-        "num_samples": num_samples,
-        "nonfinite_weights": int(sum(e.num_nonfinite for e in estimates)),
-        "reference_log_z": reference,
-        "error": finite(log_z - reference) if reference is not None else None,
-        "seed": int(seed),
-        "repeats": len(estimates),
-        "iterations": int(tconf.iterations),
-        "iterations_run": int(iterations_run),
-        "batch_size": int(tconf.batch_size),
-        "lr": float(tconf.lr),
-        "hidden": int(sconf.hidden),
-        "learn_schedule": bool(sconf.learn_schedule),
-        "skipped_steps": int(skipped_steps),
-        "recoveries": int(recoveries),
-        "loaded_from": loaded_from,
-        "train_seconds": round(float(train_seconds), 3),
-        "estimate_seconds": round(float(estimate_seconds), 3),
-        "device": device,
-        "precision": precision,
-        "version": version,
-    }
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""Fitting the sampler by maximising the ELBO `E_Q[log w]` with Adam.
+"""Fitting the sampler's parameters: an objective of the batch's log weights, minimised with Adam.
 
-The loss is written for one particle (`samplers.log_weight`) and vmapped over a batch; all noise
-is Gaussian and reparameterised, so the ELBO is differentiated end to end. One jitted update is
-built per run (`make_update`); it never recompiles inside the loop.
+The objective is passed in (`objectives.elbo` by default: maximising the ELBO `E_Q[log w]`, the
+paper's choice); the log weights come from the annealing loop, written for one particle and vmapped
+over the batch. All noise is Gaussian and reparameterised, so the objective is differentiated end
+to end. One jitted update is built per run (`make_update`); it never recompiles inside the loop.
+The ELBO of every batch is reported whatever the objective.
 
 Divergence: an update whose loss or gradient is not finite is skipped inside the jitted step (the
 parameters and optimiser state are left as they were) and counted. After `max_bad_steps`
@@ -18,19 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from mcd_cli import samplers
+from mcd_cli import annealing, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.errors import RunFailed
 from mcd_cli.targets.base import Target
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(RunFailed):
     """Training kept producing non-finite losses or gradients after every allowed recovery."""
 
 
@@ -42,9 +45,8 @@ class TrainingInterrupted(Exception):
         self.state = state
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainState:
-    """Everything needed to continue training exactly where it stopped."""
+class TrainState(NamedTuple):
+    """Everything needed to continue training exactly where it stopped (a checkpoint saves it whole)."""
 
     params: Any
     opt_state: Any
@@ -78,12 +80,17 @@ def optimizer(config: TrainConfig) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.adam(config.lr))
 
 
-def elbo_loss(
-    params: Any, key: jax.Array, target: Target, sconf: SamplerConfig, batch_size: int
+def batch_loss(
+    params: Any,
+    key: jax.Array,
+    target: Target,
+    sconf: SamplerConfig,
+    batch_size: int,
+    objective: objectives.Objective,
 ) -> tuple[jax.Array, jax.Array]:
-    """Negative ELBO, `−mean(log w)` over a batch, and the batch's log weights."""
-    log_w = samplers.log_weights(key, params, target, sconf, batch_size)
-    return -jnp.mean(log_w), log_w
+    """The objective of one batch of log weights, and the batch's log weights."""
+    log_w = annealing.log_weights(key, params, target, sconf, batch_size)
+    return objective(log_w), log_w
 
 
 def init_train_state(
@@ -100,7 +107,7 @@ def init_train_state(
         0
     """
     key_params, key_train = jax.random.split(key)
-    params = samplers.init_params(key_params, target, sconf)
+    params = annealing.init_params(key_params, target, sconf)
     opt_state = optimizer(tconf).init(params)
     return TrainState(
         params=params,
@@ -116,27 +123,35 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def make_update(target: Target, sconf: SamplerConfig, tconf: TrainConfig) -> Callable:
+def make_update(
+    target: Target,
+    sconf: SamplerConfig,
+    tconf: TrainConfig,
+    objective: Optional[objectives.Objective] = None,
+) -> Callable:
     """The jitted update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
+
+    `objective` defaults to the one `tconf.objective` names; `elbo` is the batch's mean log weight.
 
     `lr_scale` multiplies Adam's step (it is halved by recoveries) and is a traced argument, so
     changing it does not recompile. A non-finite loss or gradient returns the inputs unchanged
     with `ok = False`.
     """
     opt = optimizer(tconf)
-    grad_fn = jax.value_and_grad(elbo_loss, has_aux=True)
+    objective = objective or objectives.OBJECTIVES[tconf.objective]
+    grad_fn = jax.value_and_grad(batch_loss, has_aux=True)
 
     @jax.jit
     def update(params, opt_state, key, lr_scale):
-        (loss, _), grads = grad_fn(params, key, target, sconf, tconf.batch_size)
+        (loss, log_w), grads = grad_fn(params, key, target, sconf, tconf.batch_size, objective)
         updates, new_opt_state = opt.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: lr_scale * u, updates)
         new_params = optax.apply_updates(params, updates)
-        ok = jnp.isfinite(loss) & _all_finite(grads)
+        ok = jnp.isfinite(loss) & jnp.all(jnp.isfinite(log_w)) & _all_finite(grads)
         keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
         new_params = jax.tree.map(keep, new_params, params)
         new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
-        return new_params, new_opt_state, -loss, ok
+        return new_params, new_opt_state, jnp.mean(log_w), ok
 
     return update
 
@@ -146,8 +161,7 @@ def _advance(state: TrainState, params, opt_state, ok: bool, tconf: TrainConfig)
     iteration = state.iteration + 1
     if ok:
         snapshot = iteration % tconf.snapshot_every == 0
-        return dataclasses.replace(
-            state,
+        return state._replace(
             params=params,
             opt_state=opt_state,
             iteration=iteration,
@@ -157,9 +171,7 @@ def _advance(state: TrainState, params, opt_state, ok: bool, tconf: TrainConfig)
         )
     bad_streak = state.bad_streak + 1
     if bad_streak < tconf.max_bad_steps:
-        return dataclasses.replace(
-            state, iteration=iteration, skipped=state.skipped + 1, bad_streak=bad_streak
-        )
+        return state._replace(iteration=iteration, skipped=state.skipped + 1, bad_streak=bad_streak)
     recoveries = state.recoveries + 1
     if recoveries > tconf.max_recoveries:
         raise TrainingDiverged(
@@ -167,8 +179,7 @@ def _advance(state: TrainState, params, opt_state, ok: bool, tconf: TrainConfig)
             f"{state.recoveries} recoveries at iteration {iteration}; try a smaller --lr, fewer "
             f"--steps, or a target with finite log density and gradient"
         )
-    return dataclasses.replace(
-        state,
+    return state._replace(
         params=state.snapshot_params,
         opt_state=state.snapshot_opt_state,
         iteration=iteration,
@@ -189,6 +200,7 @@ def fit(
     checkpoint_every: int = 0,
     on_checkpoint: Optional[Callable[[TrainState], None]] = None,
     update: Optional[Callable] = None,
+    objective: Optional[objectives.Objective] = None,
 ) -> TrainResult:
     """Runs the updates `state.iteration … tconf.iterations − 1`.
 
@@ -200,12 +212,13 @@ def fit(
             once at the end.
         on_checkpoint: saves a state (e.g. `checkpoint.save_state`).
         update: a prebuilt `make_update(...)`, to share one compilation between calls.
+        objective: what to minimise (default: the one `tconf.objective` names); ignored with `update`.
 
     Raises:
         TrainingDiverged: see the module docstring.
         TrainingInterrupted: on KeyboardInterrupt, carrying the last consistent state.
     """
-    update = update or make_update(target, sconf, tconf)
+    update = update or make_update(target, sconf, tconf, objective)
     start_iteration = state.iteration
     history = np.full(max(tconf.iterations - start_iteration, 0), np.nan)
     t0 = time.perf_counter()

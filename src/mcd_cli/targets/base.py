@@ -8,11 +8,13 @@ from typing import Any, Callable, Optional
 import jax.numpy as jnp
 import numpy as np
 
+from mcd_cli.errors import UsageError
+
 Array = Any
 LogDensity = Callable[[Array], Array]
 
 
-class TargetError(ValueError):
+class TargetError(UsageError):
     """A target that cannot be used as given. The message is one line: what is wrong and how to fix it."""
 
 

@@ -1,10 +1,14 @@
-"""One run, start to finish: check the plan, fit (or load), estimate, and build the record.
+"""One run, start to finish, as a library call: check the plan, fit (or load), estimate, record.
 
-`cli.py` parses options into a `RunPlan`; `validate` fails fast on everything that can be known
-before training (paths that cannot be written, files that do not match, memory that is not
-there); `execute` does the work. Keys come from one root seed: repeat `r` uses
-`fold_in(key(seed), r)`, split into an initialisation key and an estimation key, so a run that
-loads saved parameters estimates with exactly the random numbers of the run that trained them.
+`validate(plan)` fails fast on everything that can be known before training (paths that cannot be
+written, files that do not match, memory that is not there); `execute(plan, progress)` does the
+work and returns a `RunRecord`. Nothing here imports the command line or the renderer: progress
+goes through the small `Progress` protocol, which the CLI implements with rich.
+
+Keys come from one root seed: repeat `r` uses `fold_in(key(seed), r)`, split into an
+initialisation key and an estimation key, so a run that loads saved parameters estimates with
+exactly the random numbers of the run that trained them, and a benchmark cell that calls
+`execute` is the run `mcd estimate --seed s` makes.
 """
 
 from __future__ import annotations
@@ -14,32 +18,40 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import jax
 
-from mcd_cli import checkpoint, report, samplers
+from mcd_cli import annealing, checkpoint
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.estimate import AllWeightsNonFinite, combine, estimate
+from mcd_cli.errors import Interrupted, RunFailed, UsageError
+from mcd_cli.estimate import combine, summarize
+from mcd_cli.kernels import registry
+from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_update
 
 DEFAULT_CHUNK = 1024
+DEFAULT_SAMPLES = 16_384
 
 
-class UsageProblem(ValueError):
-    """Input that cannot work (exit code 2). The message is one line: the problem and the fix."""
+class Progress(Protocol):
+    """What `execute` reports while it works (the CLI draws progress bars from it)."""
+
+    def training(self, description: str, total: int, start: int = 0) -> Callable[[int, float], None]:
+        """A callback `(iteration, elbo)` called after every training update."""
+
+    def estimation(self, description: str, total: int) -> Callable[[int, int], None]:
+        """A callback `(done, total)` called after every chunk of importance samples."""
 
 
-class RunFailed(RuntimeError):
-    """A run that started but could not produce an answer (exit code 1). One-line message."""
+class NoProgress:
+    """A `Progress` that shows nothing."""
 
+    def training(self, description: str, total: int, start: int = 0) -> Callable[[int, float], None]:
+        return lambda iteration, elbo: None
 
-class Interrupted(Exception):
-    """Ctrl-C (or SIGTERM) during training; the state was saved at `path` (None if it could not be)."""
-
-    def __init__(self, path: Optional[Path], iteration: int, total: int, reason: str = ""):
-        super().__init__(f"interrupted at iteration {iteration} of {total}")
-        self.path, self.iteration, self.total, self.reason = path, iteration, total, reason
+    def estimation(self, description: str, total: int) -> Callable[[int, int], None]:
+        return lambda done, total: None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +61,7 @@ class RunPlan:
     target: Any
     sconf: SamplerConfig
     tconf: TrainConfig
-    num_samples: int = 16_384
+    num_samples: int = DEFAULT_SAMPLES
     seed: int = 0
     repeats: int = 1
     chunk_size: int = DEFAULT_CHUNK
@@ -60,6 +72,8 @@ class RunPlan:
     checkpoint_every: int = 0
     resume: bool = False
     x64: bool = False
+    target_spec: Optional[str] = None  # how the target was named (a path, a bundled name, "-")
+    target_text: Optional[str] = None  # the YAML text, when it was read from stdin
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
@@ -76,12 +90,12 @@ def sampler_config_from_file(meta: dict, path: Path) -> SamplerConfig:
     """The `SamplerConfig` a parameter file was trained with."""
     saved = meta.get("sampler_config")
     if not isinstance(saved, dict):
-        raise UsageProblem(f"'{path}' does not record its sampler settings; refit and --save again")
+        raise UsageError(f"'{path}' does not record its sampler settings; refit and --save again")
     known = {f.name for f in dataclasses.fields(SamplerConfig)}
     try:
         return SamplerConfig(**{k: v for k, v in saved.items() if k in known})
     except (TypeError, ValueError) as err:
-        raise UsageProblem(f"'{path}' holds sampler settings this version cannot use ({err})") from None
+        raise UsageError(f"'{path}' holds sampler settings this version cannot use ({err})") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,7 +141,8 @@ def host_memory() -> Optional[int]:
     return min(candidates) if candidates else None
 
 
-def _bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
+    """`n` bytes in a readable unit, e.g. `1.5 GiB`."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024 or unit == "PiB":
             return f"{n:.1f} {unit}"
@@ -145,14 +160,14 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
     Adam moments and the recovery snapshot.
     """
     target, s, t = plan.target, plan.sconf, plan.tconf
+    est = registry.estimator(s.sampler, s.backward)
     itemsize = 8 if plan.x64 else 4
-    state = target.dim * (2 if s.sampler == "uha" else 1)
-    # About as many parameters as the residual score network and the per-step schedules have.
+    state = est.forward.state_size(target.dim)
+    # The per-step schedules and the kernels' own parameters (a generous count of both).
     param_count = 4.0 * target.dim + 40.0 * s.steps
-    if s.backward == "mcd":
-        param_count += 2.0 * state * s.hidden + 5.0 * s.blocks * s.hidden * (s.hidden + s.time_dim)
+    param_count += est.backward.param_count(est.forward.score_input_dim(target.dim), target.dim, s)
     stored_steps = 2 * math.ceil(math.sqrt(s.steps)) if s.remat else s.steps
-    per_step = 6 * state + (10 * s.hidden * s.blocks + s.time_dim if s.backward == "mcd" else 0)
+    per_step = 6 * state + est.backward.activations(s)
     training = 0.0
     if plan.load is None and t.iterations > 0:
         training = float(t.batch_size) * (stored_steps + 1) * per_step * itemsize
@@ -167,7 +182,7 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
 
 
 def check_memory(plan: RunPlan, available: Optional[int]) -> None:
-    """Raises UsageProblem when the run clearly cannot fit in memory (before anything starts)."""
+    """Raises UsageError when the run clearly cannot fit in memory (before anything starts)."""
     if available is None:
         return
     need = memory_needed(plan)
@@ -175,26 +190,26 @@ def check_memory(plan: RunPlan, available: Optional[int]) -> None:
     if total <= available:
         return
     s, t = plan.sconf, plan.tconf
-    have = f"about {_bytes(max(available, 0))} is available"
+    have = f"about {format_bytes(max(available, 0))} is available"
     if need["host"] > available / 2:
-        raise UsageProblem(
+        raise UsageError(
             f"not enough memory: {plan.num_samples} samples and {t.iterations} iterations need about "
-            f"{_bytes(need['host'])} but {have}; lower --samples or --iterations"
+            f"{format_bytes(need['host'])} but {have}; lower --samples or --iterations"
         )
     if need["training"] >= need["estimation"] and need["training"] > need["parameters"]:
-        raise UsageProblem(
-            f"not enough memory: training needs about {_bytes(need['training'])} (batch "
+        raise UsageError(
+            f"not enough memory: training needs about {format_bytes(need['training'])} (batch "
             f"{t.batch_size} × {s.steps + 1} steps × d = {plan.target.dim}) but {have}; lower "
             "--batch-size or --steps, add --remat, or use a smaller dimension"
         )
     if need["parameters"] >= need["estimation"]:
-        raise UsageProblem(
-            f"not enough memory: the sampler's parameters need about {_bytes(need['parameters'])} "
+        raise UsageError(
+            f"not enough memory: the sampler's parameters need about {format_bytes(need['parameters'])} "
             f"(K = {s.steps} steps, hidden {s.hidden}, d = {plan.target.dim}) but {have}; lower "
             "--steps, --hidden or the dimension"
         )
-    raise UsageProblem(
-        f"not enough memory: estimation needs about {_bytes(need['estimation'])} (K = {s.steps} "
+    raise UsageError(
+        f"not enough memory: estimation needs about {format_bytes(need['estimation'])} (K = {s.steps} "
         f"steps, d = {plan.target.dim}) but {have}; lower --steps or use a smaller dimension"
     )
 
@@ -236,23 +251,23 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
     """Everything that can fail before training, checked before training.
 
     Raises:
-        UsageProblem / CheckpointError: one line naming the problem and the fix.
+        UsageError / CheckpointError: one line naming the problem and the fix.
     """
     if plan.num_samples < 1:
-        raise UsageProblem(f"--samples must be at least 1, got {plan.num_samples}")
+        raise UsageError(f"--samples must be at least 1, got {plan.num_samples}")
     if plan.repeats < 1:
-        raise UsageProblem(f"--repeats must be at least 1, got {plan.repeats}")
+        raise UsageError(f"--repeats must be at least 1, got {plan.repeats}")
     if plan.checkpoint_every < 0:
-        raise UsageProblem(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
+        raise UsageError(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
     if plan.save is not None and plan.repeats > 1:
-        raise UsageProblem(
+        raise UsageError(
             "--save stores one trained sampler: use --repeats 1 with --save (then --load it "
             "with --repeats R to estimate R times)"
         )
     if plan.load is not None and (plan.checkpoint_dir is not None or plan.resume):
-        raise UsageProblem("--load skips training, so --checkpoint/--resume do not apply; drop one")
+        raise UsageError("--load skips training, so --checkpoint/--resume do not apply; drop one")
     if plan.resume and plan.checkpoint_dir is None:
-        raise UsageProblem("--resume needs --checkpoint DIR (the directory the run saved to)")
+        raise UsageError("--resume needs --checkpoint DIR (the directory the run saved to)")
     if plan.output is not None:
         checkpoint.ensure_writable(plan.output, "--output file")
     if plan.save is not None:
@@ -274,7 +289,7 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
                 continue
             meta = checkpoint.read_meta(path)
             if not plan.resume:
-                raise UsageProblem(
+                raise UsageError(
                     f"'{plan.checkpoint_dir}' already holds a checkpoint (iteration "
                     f"{meta.get('iteration')}); add --resume to continue it, or choose an empty "
                     "--checkpoint directory"
@@ -292,15 +307,8 @@ def plan_warnings(plan: RunPlan) -> list[str]:
     the backward kernel in a subspace, and in high dimension it then falls far short of what it can
     reach (see docs/benchmarks.md, d = 200).
     """
-    out = []
-    s, dim = plan.sconf, plan.target.dim
-    if s.backward == "mcd" and s.hidden < dim:
-        out.append(
-            f"warning: the score network (--hidden {s.hidden}) is narrower than the target (d = {dim}): "
-            f"its output spans at most {s.hidden} of {dim} directions, which limits MCD; use --hidden "
-            f"{dim} or more (slower per iteration)"
-        )
-    return out
+    est = registry.estimator(plan.sconf.sampler, plan.sconf.backward)
+    return list(est.backward.warnings(plan.target.dim, plan.sconf))
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,7 +341,7 @@ def _save_interrupted(plan: RunPlan, state: Any, repeat: int) -> tuple[Optional[
         return None, str(err)
 
 
-def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: report.ProgressDisplay, update):
+def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: Progress, update):
     target, s, t = plan.target, plan.sconf, plan.tconf
     state = init_train_state(key, target, s, t)
     path = plan.state_path(repeat) if plan.checkpoint_dir is not None else None
@@ -366,21 +374,28 @@ def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: report.Progress
     return result, result.state.iteration - start
 
 
-def execute(plan: RunPlan, progress: Optional[report.ProgressDisplay] = None) -> dict:
-    """Fits (or loads) and estimates `plan.repeats` times; returns the JSON record.
+def device_name() -> str:
+    """The JAX device used, e.g. `cpu` or `gpu:NVIDIA H100 80GB HBM3`."""
+    device = jax.devices()[0]
+    kind = str(getattr(device, "device_kind", "") or "")
+    platform = str(device.platform)
+    return platform if not kind or kind.lower() == platform else f"{platform}:{kind}"
+
+
+def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
+    """Fits (or loads) and estimates `plan.repeats` times; returns the record.
 
     Raises:
         Interrupted: Ctrl-C during training (the state was saved).
-        RunFailed: the estimate could not be made (no finite weight, non-finite result).
-        TrainingDiverged: training failed beyond recovery.
+        RunFailed: the estimate could not be made (training diverged, no finite weight).
     """
-    progress = progress or report.ProgressDisplay(enabled=False)
+    progress = progress or NoProgress()
     target, s, t = plan.target, plan.sconf, plan.tconf
     root = jax.random.key(plan.seed)
     totals = _Totals()
     loaded = None
     if plan.load is not None:
-        template = samplers.init_params(root, target, s)
+        template = annealing.init_params(root, target, s)
         loaded, meta = checkpoint.load_params(plan.load, template)
         t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
     update = make_update(target, s, t) if loaded is None and t.iterations > 0 else None
@@ -402,38 +417,44 @@ def execute(plan: RunPlan, progress: Optional[report.ProgressDisplay] = None) ->
         callback = progress.estimation(label, total=plan.num_samples)
         t0 = time.perf_counter()
         try:
-            est = estimate(
+            log_w = annealing.sample_log_weights(
                 key_estimate, params, target, s, plan.num_samples, plan.chunk_size, callback=callback
             )
-        except AllWeightsNonFinite as err:
-            raise RunFailed(str(err)) from None
         except KeyboardInterrupt:
             if result is None:
                 raise
             # Interrupted while estimating: keep the finished training, so a resume only estimates.
             saved, reason = _save_interrupted(plan, result.state, repeat)
             raise Interrupted(saved, result.state.iteration, t.iterations, reason) from None
-        totals.estimate_seconds += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        est = summarize(log_w, seconds=seconds)
+        totals.estimate_seconds += seconds
         if not math.isfinite(est.log_z):
             raise RunFailed(
                 f"the log Z estimate is {est.log_z}: the weights are degenerate; train longer, use "
                 "more steps, or check the target with `mcd check`"
             )
         totals.estimates.append(est)
-    return report.record(
-        target=target,
-        sconf=s,
-        tconf=t,
-        estimates=totals.estimates,
-        combined=combine([e.log_z for e in totals.estimates]),
+    log_z, stderr = combine([e.log_z for e in totals.estimates])
+    if len(totals.estimates) == 1:
+        stderr = totals.estimates[0].log_z_stderr
+    return RunRecord(
+        target=TargetInfo.of(target, plan.target_spec, plan.target_text),
+        sampler=s,
+        training=t,
+        estimates=tuple(totals.estimates),
+        log_z=log_z,
+        log_z_stderr=stderr,
         seed=plan.seed,
-        train_seconds=totals.train_seconds,
-        estimate_seconds=totals.estimate_seconds,
+        num_samples=plan.num_samples,
+        repeats=plan.repeats,
+        x64=plan.x64,
+        iterations_run=totals.iterations_run,
         skipped_steps=totals.skipped,
         recoveries=totals.recoveries,
-        iterations_run=totals.iterations_run,
-        device=report.device_name(),
+        train_seconds=totals.train_seconds,
+        estimate_seconds=totals.estimate_seconds,
+        device=device_name(),
         version=version(),
-        precision="float64" if plan.x64 else "float32",
         loaded_from=str(plan.load) if plan.load is not None else None,
     )

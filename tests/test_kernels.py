@@ -1,6 +1,4 @@
-"""Exact identities and statistical properties of the four estimators."""
-
-import itertools
+"""Exact identities and statistical properties of every estimator in the kernel registry."""
 
 import jax
 import jax.numpy as jnp
@@ -8,13 +6,16 @@ import numpy as np
 import pytest
 from jax.scipy.stats import norm
 
-from mcd_cli import samplers
+from mcd_cli import annealing
 from mcd_cli.config import SamplerConfig
-from mcd_cli.samplers import invariant, uha
+from mcd_cli.kernels import invariant, registry, uha
 from mcd_cli.targets.base import Target
 
 DIM, STEPS, HIDDEN = 3, 8, 16
-COMBOS = list(itertools.product(["ula", "uha"], ["ais", "mcd"]))
+# Every registered combination, so a new kernel is tested by adding it to the registry.
+COMBOS = [(e.forward.name, e.backward.name) for e in registry.estimators()]
+FORWARDS = list(registry.FORWARD)
+TRAINABLE_BACKWARDS = [name for name, b in registry.BACKWARD.items() if b.trainable]
 
 # Gaussian target N(m, diag s²) scaled so that Z = exp(LOG_Z) ≠ 1.
 MEAN = np.array([0.5, -0.3, 0.2])
@@ -30,28 +31,26 @@ GAUSSIAN = Target.create(gaussian_log_density, dim=DIM, log_z=LOG_Z, name="gauss
 
 
 def perturb_score(params, key, scale=0.3):
-    """Random non-zero score network output layer: a genuinely different MCD backward kernel."""
-    out = params["score"]["out"]
-    k1, k2 = jax.random.split(key)
-    new_out = {
-        "w": scale * jax.random.normal(k1, out["w"].shape),
-        "b": scale * jax.random.normal(k2, out["b"].shape),
-    }
-    return {**params, "score": {**params["score"], "out": new_out}}
+    """Random non-zero backward-kernel parameters: a genuinely different learned backward kernel."""
+    leaves, treedef = jax.tree.flatten(params.backward)
+    keys = jax.random.split(key, max(len(leaves), 1))
+    moved = [leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype) for leaf, k in zip(leaves, keys)]
+    return params._replace(backward=jax.tree.unflatten(treedef, moved))
 
 
-@pytest.mark.parametrize("sampler", ["ula", "uha"])
-def test_mcd_at_initialisation_equals_ais(sampler):
+@pytest.mark.parametrize("sampler", FORWARDS)
+@pytest.mark.parametrize("backward", TRAINABLE_BACKWARDS)
+def test_learned_backward_at_initialisation_equals_ais(sampler, backward):
     key_params, key_w = jax.random.split(jax.random.key(0))
     ais = SamplerConfig(sampler=sampler, backward="ais", steps=STEPS, hidden=HIDDEN)
-    mcd = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN)
-    p_ais = samplers.init_params(key_params, GAUSSIAN, ais)
-    p_mcd = samplers.init_params(key_params, GAUSSIAN, mcd)
-    lw_ais = samplers.log_weights(key_w, p_ais, GAUSSIAN, ais, 64)
-    lw_mcd = samplers.log_weights(key_w, p_mcd, GAUSSIAN, mcd, 64)
+    mcd = SamplerConfig(sampler=sampler, backward=backward, steps=STEPS, hidden=HIDDEN)
+    p_ais = annealing.init_params(key_params, GAUSSIAN, ais)
+    p_mcd = annealing.init_params(key_params, GAUSSIAN, mcd)
+    lw_ais = annealing.log_weights(key_w, p_ais, GAUSSIAN, ais, 64)
+    lw_mcd = annealing.log_weights(key_w, p_mcd, GAUSSIAN, mcd, 64)
     np.testing.assert_allclose(lw_mcd, lw_ais, rtol=0, atol=1e-5)
     # The identity comes from the warm start, not from MCD ignoring its network:
-    lw_moved = samplers.log_weights(key_w, perturb_score(p_mcd, key_params), GAUSSIAN, mcd, 64)
+    lw_moved = annealing.log_weights(key_w, perturb_score(p_mcd, key_params), GAUSSIAN, mcd, 64)
     assert np.max(np.abs(np.asarray(lw_moved - lw_ais))) > 1e-2
 
 
@@ -60,11 +59,11 @@ def test_unbiased_for_gaussian_target(sampler, backward):
     """E[Ẑ / Z] = 1 for any fixed parameters; checked to 3 standard errors of the mean."""
     config = SamplerConfig(sampler=sampler, backward=backward, steps=STEPS, hidden=HIDDEN)
     key_params, key_perturb, key_w = jax.random.split(jax.random.key(1), 3)
-    params = samplers.init_params(key_params, GAUSSIAN, config)
-    if backward == "mcd":
-        params = perturb_score(params, key_perturb, scale=0.1)
+    params = annealing.init_params(key_params, GAUSSIAN, config)
+    if registry.BACKWARD[backward].trainable:
+        params = perturb_score(params, key_perturb, scale=0.05)
     n = 20_000
-    log_w = np.asarray(jax.jit(lambda k: samplers.log_weights(k, params, GAUSSIAN, config, n))(key_w), np.float64)
+    log_w = np.asarray(jax.jit(lambda k: annealing.log_weights(k, params, GAUSSIAN, config, n))(key_w), np.float64)
     ratio = np.exp(log_w - LOG_Z)
     mean, se = ratio.mean(), ratio.std(ddof=1) / np.sqrt(n)
     assert se < 0.05, f"weights too variable for a meaningful test (se={se})"
@@ -146,8 +145,8 @@ def test_leapfrog_inverse_is_flip_map_flip():
     assert not np.allclose(forward, z, atol=1e-2)
 
 
-@pytest.mark.parametrize("sampler", ["ula", "uha"])
-def test_one_target_gradient_per_step(sampler):
+@pytest.mark.parametrize("sampler,backward", COMBOS)
+def test_one_target_gradient_per_step(sampler, backward):
     traces = []
     evaluations = []
 
@@ -157,24 +156,25 @@ def test_one_target_gradient_per_step(sampler):
         return gaussian_log_density(x)
 
     target = Target.create(counted, dim=DIM)
-    config = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN)
-    params = samplers.init_params(jax.random.key(0), target, config)
-    log_w, _ = jax.jit(lambda k: samplers.log_weight(k, params, target, config))(jax.random.key(1))
+    config = SamplerConfig(sampler=sampler, backward=backward, steps=STEPS, hidden=HIDDEN)
+    params = annealing.init_params(jax.random.key(0), target, config)
+    log_w, _ = jax.jit(lambda k: annealing.log_weight(k, params, target, config))(jax.random.key(1))
     jax.block_until_ready(log_w)
     jax.effects_barrier()
     assert len(evaluations) == STEPS + 1
     assert len(traces) == 2  # once for x_0, once inside the scan body
 
 
-@pytest.mark.parametrize("sampler", ["ula", "uha"])
-def test_rematerialised_scan_matches(sampler):
+@pytest.mark.parametrize("sampler", FORWARDS)
+@pytest.mark.parametrize("backward", TRAINABLE_BACKWARDS)
+def test_rematerialised_scan_matches(sampler, backward):
     """Remat changes memory, not values: same log weights and gradients."""
-    plain = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN)
-    remat = SamplerConfig(sampler=sampler, backward="mcd", steps=STEPS, hidden=HIDDEN, remat=True)
-    params = perturb_score(samplers.init_params(jax.random.key(0), GAUSSIAN, plain), jax.random.key(3))
+    plain = SamplerConfig(sampler=sampler, backward=backward, steps=STEPS, hidden=HIDDEN)
+    remat = SamplerConfig(sampler=sampler, backward=backward, steps=STEPS, hidden=HIDDEN, remat=True)
+    params = perturb_score(annealing.init_params(jax.random.key(0), GAUSSIAN, plain), jax.random.key(3))
 
     def loss(p, config):
-        return jnp.mean(samplers.log_weights(jax.random.key(4), p, GAUSSIAN, config, 16))
+        return jnp.mean(annealing.log_weights(jax.random.key(4), p, GAUSSIAN, config, 16))
 
     v1, g1 = jax.value_and_grad(loss)(params, plain)
     v2, g2 = jax.value_and_grad(loss)(params, remat)
@@ -190,8 +190,8 @@ def test_learned_schedule_and_initial_start_at_defaults():
         sampler="ula", backward="ais", steps=STEPS, learn_schedule=True, learn_initial=True
     )
     target = GAUSSIAN.with_initial(mean=0.2, scale=1.5)
-    p1 = samplers.init_params(jax.random.key(0), target, base)
-    p2 = samplers.init_params(jax.random.key(0), target, learned)
-    lw1 = samplers.log_weights(jax.random.key(5), p1, target, base, 32)
-    lw2 = samplers.log_weights(jax.random.key(5), p2, target, learned, 32)
+    p1 = annealing.init_params(jax.random.key(0), target, base)
+    p2 = annealing.init_params(jax.random.key(0), target, learned)
+    lw1 = annealing.log_weights(jax.random.key(5), p1, target, base, 32)
+    lw2 = annealing.log_weights(jax.random.key(5), p2, target, learned, 32)
     np.testing.assert_allclose(lw1, lw2, atol=1e-4)

@@ -1,0 +1,214 @@
+"""The annealing loop: one particle from `π0` to the target through K steps of any kernel pair.
+
+`log w = −log π0(x_0) + [forward's initial terms] + Σ_k [log B_{k-1} − log F_k] + [final terms]`,
+where the final terms are `log γ(x_K)` (and, for UHA, the momentum's density). Written for one
+particle; `log_weights` vmaps it, and `log_weight_chunk` compiles a fixed-size chunk of particles
+whose keys are `fold_in(key, i)`, so results do not depend on the chunk size.
+
+Exactly `K + 1` target gradients per trajectory: one at `x_0`, one per step at the new position,
+whose value and gradient the kernel carries to the next step.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from mcd_cli.config import SamplerConfig
+    >>> from mcd_cli.targets import Target
+    >>> target = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=2)
+    >>> config = SamplerConfig(sampler="uha", backward="mcd", steps=8, hidden=16)
+    >>> params = init_params(jax.random.key(0), target, config)
+    >>> log_weights(jax.random.key(1), params, target, config, 4).shape
+    (4,)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mcd_cli import schedules
+from mcd_cli.config import SamplerConfig
+from mcd_cli.kernels import registry
+from mcd_cli.kernels.base import AnnealedPath, Step
+from mcd_cli.targets.base import Target
+
+
+class PathParams(NamedTuple):
+    """Learned parameters of the path, shared by every kernel pair."""
+
+    step_size: dict  # the step-size MLP of δ_k
+    schedule: Optional[dict]  # learned β (None: linear β_k = k / K)
+    initial: Optional[dict]  # learned π0 = N(mean, exp(log_scale)²) (None: the target's)
+
+
+class SamplerParams(NamedTuple):
+    """Everything a run learns: the path, the forward kernel's and the backward kernel's parameters."""
+
+    path: PathParams
+    forward: Any
+    backward: Any
+
+
+def init_params(key: jax.Array, target: Target, config: SamplerConfig) -> SamplerParams:
+    """Initial parameters of the configured estimator (MCD starts equal to AIS).
+
+    The key is split into (path, forward, backward) keys, whatever the kernels.
+    """
+    est = registry.estimator(config.sampler, config.backward)
+    k_path, k_forward, k_backward = jax.random.split(key, 3)
+    initial = None
+    if config.learn_initial:
+        initial = {
+            "mean": jnp.asarray(target.initial_mean, dtype=jnp.float32),
+            "log_scale": jnp.log(jnp.asarray(target.initial_scale, dtype=jnp.float32)),
+        }
+    path = PathParams(
+        step_size=schedules.init_step_size(k_path, config.init_step_size, config.max_step_size),
+        schedule=schedules.init_schedule(config.steps) if config.learn_schedule else None,
+        initial=initial,
+    )
+    in_dim = est.forward.score_input_dim(target.dim)
+    return SamplerParams(
+        path=path,
+        forward=est.forward.init_params(k_forward, target.dim, config),
+        backward=est.backward.init_params(k_backward, in_dim, target.dim, config.steps, config),
+    )
+
+
+def annealed_path(params: PathParams, target: Target, config: SamplerConfig) -> AnnealedPath:
+    """Resolves the per-step quantities from the parameters (once per trajectory)."""
+    if params.initial is not None:
+        mean, scale = params.initial["mean"], jnp.exp(params.initial["log_scale"])
+    else:
+        mean = jnp.asarray(target.initial_mean, dtype=jnp.result_type(float))
+        scale = jnp.asarray(target.initial_scale, dtype=jnp.result_type(float))
+    return AnnealedPath(
+        step_sizes=schedules.step_sizes(params.step_size, config.steps, config.max_step_size),
+        betas=schedules.betas(params.schedule, config.steps),
+        init_mean=mean,
+        init_scale=scale,
+    )
+
+
+def remat_segments(steps: int) -> tuple[int, int]:
+    """Splits K steps into `(outer, inner)` segments with `outer · inner = K`, `inner ≈ √K`."""
+    inner = max(d for d in range(1, math.isqrt(steps) + 1) if steps % d == 0)
+    return steps // inner, inner
+
+
+def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool) -> Any:
+    """Runs `step` over the K per-step inputs `xs`; returns the final carry.
+
+    With `remat`, the scan is split into `outer × inner` segments and each segment is a
+    `jax.checkpoint`: reverse-mode differentiation then stores only the `outer` carries between
+    segments plus one segment's `inner` carries, instead of every intermediate of every step
+    (memory O(√K) in the trajectory instead of O(K)), at the cost of a second forward pass.
+    """
+    if not remat:
+        carry, _ = jax.lax.scan(step, carry, xs)
+        return carry
+    outer, inner = remat_segments(steps)
+    segmented = jax.tree.map(lambda a: a.reshape((outer, inner) + a.shape[1:]), xs)
+    step_ckpt = jax.checkpoint(step, prevent_cse=False)
+
+    @jax.checkpoint
+    def segment(c, seg_xs):
+        c, _ = jax.lax.scan(step_ckpt, c, seg_xs)
+        return c, None
+
+    carry, _ = jax.lax.scan(segment, carry, segmented)
+    return carry
+
+
+def log_weight(
+    key: jax.Array, params: SamplerParams, target: Target, config: SamplerConfig
+) -> tuple[jax.Array, jax.Array]:
+    """Log importance weight and final position of one particle."""
+    est = registry.estimator(config.sampler, config.backward)
+    forward, backward = est.forward, est.backward
+    path = annealed_path(params.path, target, config)
+    resolved = forward.prepare(params.forward, target.dim)
+    evaluate = jax.value_and_grad(target.log_density)
+    key_x, key_kernel, key_steps = jax.random.split(key, 3)
+
+    x0 = path.sample_initial(key_x)
+    log_target0, target_grad0 = evaluate(x0)
+    state, log_w0 = forward.init(key_kernel, x0, log_target0, target_grad0, resolved)
+    log_w0 = log_w0 - path.initial_log_density(x0)
+
+    def one_step(carry, inputs):
+        state, log_w = carry
+        k, delta, beta, step_key = inputs
+        state, log_forward, transition = forward.step(
+            step_key, state, Step(k, beta, delta), path, resolved, evaluate
+        )
+        log_backward = backward.log_density(params.backward, transition)
+        return (state, log_w + log_backward - log_forward), None
+
+    inputs = (
+        jnp.arange(1, config.steps + 1),
+        path.step_sizes,
+        path.betas[1:],
+        jax.random.split(key_steps, config.steps),
+    )
+    state, log_w = scan_steps(one_step, (state, log_w0), inputs, config.steps, config.remat)
+    return log_w + forward.finish(state, resolved), state.position
+
+
+def log_weights(
+    key: jax.Array, params: SamplerParams, target: Target, config: SamplerConfig, num: int
+) -> jax.Array:
+    """Log importance weights of `num` independent particles, shape `(num,)`."""
+    keys = jax.random.split(key, num)
+    log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config))(keys)
+    return log_w
+
+
+@functools.lru_cache(maxsize=16)
+def log_weight_chunk(
+    target: Target, config: SamplerConfig, chunk_size: int
+) -> Callable[[SamplerParams, jax.Array, jax.Array], jax.Array]:
+    """Compiled `(params, key, first_index) -> log weights of particles first_index … + chunk_size`.
+
+    Particle `i` uses the key `fold_in(key, i)`. Cached, so repeated estimates of the same target and
+    configuration compile once.
+    """
+
+    @jax.jit
+    def chunk(params, key, first_index):
+        indices = first_index + jnp.arange(chunk_size)
+        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(indices)
+        log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config))(keys)
+        return log_w
+
+    return chunk
+
+
+def sample_log_weights(
+    key: jax.Array,
+    params: SamplerParams,
+    target: Target,
+    config: SamplerConfig,
+    num_samples: int = 16_384,
+    chunk_size: int = 1024,
+    callback: Optional[Callable[[int, int], None]] = None,
+) -> np.ndarray:
+    """`num_samples` log weights (float64 on the host), generated `chunk_size` particles at a time.
+
+    Memory is bounded by one chunk on the device plus the N scalars kept on the host.
+    """
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+    chunk_size = max(1, min(chunk_size, num_samples))
+    chunk = log_weight_chunk(target, config, chunk_size)
+    out = np.empty(num_samples, dtype=np.float64)
+    for start in range(0, num_samples, chunk_size):
+        values = np.asarray(chunk(params, key, jnp.asarray(start, dtype=jnp.uint32)))
+        stop = min(start + chunk_size, num_samples)
+        out[start:stop] = values[: stop - start]
+        if callback is not None:
+            callback(stop, num_samples)
+    return out

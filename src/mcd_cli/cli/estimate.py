@@ -1,0 +1,156 @@
+"""`mcd estimate`: fit the estimator to a target, then estimate log Z."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mcd_cli import checkpoint as files
+from mcd_cli import report, run
+from mcd_cli.cli import output as out
+from mcd_cli.cli import settings
+from mcd_cli.cli.app import app
+from mcd_cli.cli.options import (
+    RUN,
+    SAMPLER,
+    Backward,
+    BatchOpt,
+    ConfigOpt,
+    DebugOpt,
+    DryRunOpt,
+    HiddenOpt,
+    IterationsOpt,
+    JsonOpt,
+    LearnScheduleOpt,
+    LrOpt,
+    OutputOpt,
+    ParamOpt,
+    PresetOpt,
+    QuietOpt,
+    RematOpt,
+    RepeatsOpt,
+    Sampler,
+    SamplesOpt,
+    SeedOpt,
+    TargetArg,
+    X64Opt,
+    DEFAULT_CHECKPOINT_EVERY,
+    TRAINING,
+    _S,
+)
+
+
+@app.command()
+def estimate(
+    ctx: typer.Context,
+    target: TargetArg = None,
+    param: ParamOpt = None,
+    sampler: Annotated[
+        Optional[Sampler],
+        typer.Option(
+            "--sampler", "-s", help=f"Forward kernel: ula (Langevin) or uha (Hamiltonian). (default: {_S.sampler})",
+            show_default=False, rich_help_panel=SAMPLER,
+        ),
+    ] = None,
+    backward: Annotated[
+        Optional[Backward],
+        typer.Option(
+            "--backward", "-B", help=f"Backward kernel: mcd (learned score) or ais. (default: {_S.backward})",
+            show_default=False, rich_help_panel=SAMPLER,
+        ),
+    ] = None,
+    steps: Annotated[
+        Optional[int],
+        typer.Option("--steps", "-K", help=f"Annealing steps K. (default: {_S.steps})", show_default=False, rich_help_panel=SAMPLER),
+    ] = None,
+    hidden: HiddenOpt = None,
+    learn_schedule: LearnScheduleOpt = None,
+    iterations: IterationsOpt = None,
+    batch_size: BatchOpt = None,
+    lr: LrOpt = None,
+    remat: RematOpt = None,
+    save: Annotated[
+        Optional[Path],
+        typer.Option("--save", help="Save the trained parameters to this file (.npz).", show_default=False, rich_help_panel=TRAINING),
+    ] = None,
+    load: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--load", help="Load trained parameters saved with --save and skip training.", show_default=False,
+            rich_help_panel=TRAINING,
+        ),
+    ] = None,
+    checkpoint: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--checkpoint", help="Save the training state in this directory every --checkpoint-every iterations.",
+            show_default=False, rich_help_panel=TRAINING,
+        ),
+    ] = None,
+    checkpoint_every: Annotated[
+        Optional[int],
+        typer.Option(
+            "--checkpoint-every", help=f"Iterations between checkpoints. (default: {DEFAULT_CHECKPOINT_EVERY})",
+            show_default=False, rich_help_panel=TRAINING,
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Continue from the checkpoint in --checkpoint DIR, if there is one.", rich_help_panel=TRAINING),
+    ] = False,
+    samples: SamplesOpt = None,
+    seed: SeedOpt = None,
+    repeats: RepeatsOpt = None,
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+    output: OutputOpt = None,
+    quiet: QuietOpt = False,
+    x64: X64Opt = False,
+    dry_run: DryRunOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Fit the estimator to TARGET, then estimate log Z.
+
+    Example: mcd estimate gmm8 --steps 64 --sampler uha --json
+    """
+    given = dict(locals())
+    given.pop("ctx")
+    values = settings.resolve(ctx, given)
+    with settings.precision(bool(values["x64"])):
+        plan = _plan(values)
+        run.validate(plan)
+        out.warn_before([plan], values)
+        if values["dry_run"]:
+            out.dry_run([plan], values)
+            return
+        with out.progress(values) as progress, settings.sigterm_as_interrupt():
+            record = run.execute(plan, progress).as_dict()
+        out.append(values, record)
+        out.emit([record], values, report.estimate_table(record))
+
+
+def _plan(values: dict) -> run.RunPlan:
+    settings.positive(values, "steps", "batch_size", "samples", "repeats", "hidden")
+    loaded = settings.load_target(values.get("target"), values["param"])
+    if values.get("load") is not None:
+        meta = files.read_meta(values["load"])
+        files.check_target(meta, loaded.target, str(values["load"]))
+        saved = run.sampler_config_from_file(meta, values["load"])
+        for name in settings.SAMPLER_FIELDS:
+            if values.get(name) is None:
+                values[name] = getattr(saved, name)
+    sconf, tconf = settings.build_configs(values, loaded.target.dim)
+    return settings.run_plan(
+        loaded,
+        sconf,
+        tconf,
+        values,
+        load=values.get("load"),
+        save=values.get("save"),
+        checkpoint_dir=values.get("checkpoint"),
+        checkpoint_every=settings.checkpoint_every(values),
+        resume=bool(values.get("resume")),
+    )

@@ -1,0 +1,153 @@
+"""The options `estimate` and `compare` share, declared once, grouped into help panels.
+
+Each option is an `Annotated` type; a command lists the ones it takes. Defaults are None
+("the library's default", resolved in `cli.settings`) so that an explicit flag, a --config value
+and a --preset can be told apart.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig
+from mcd_cli.kernels import registry
+from mcd_cli.run import DEFAULT_SAMPLES
+
+TARGET, SAMPLER, TRAINING, OUTPUT, RUN = "Target", "Sampler", "Training", "Output", "Run control"
+
+_S = SamplerConfig()
+_T = TrainConfig()
+DEFAULT_CHECKPOINT_EVERY = 100
+
+Preset = enum.Enum("Preset", {name: name for name in PRESETS}, type=str)
+# Choices from the kernel registry, fixed when the command line is built.
+Sampler = enum.Enum("Sampler", {name: name for name in registry.FORWARD}, type=str)
+Backward = enum.Enum("Backward", {name: name for name in registry.BACKWARD}, type=str)
+
+TargetArg = Annotated[
+    Optional[str],
+    typer.Argument(
+        help="A target: a .py or .yaml file, a bundled target's name (see `mcd targets`), or - to "
+        "read a YAML target from stdin.",
+        show_default=False,
+    ),
+]
+ParamOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--param", "-p", help="Target parameter key=value (repeatable), e.g. --param dim=50.",
+        show_default=False, rich_help_panel=TARGET,
+    ),
+]
+
+# Sampler ------------------------------------------------------------------------------------
+HiddenOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--hidden",
+        help="Width d_h of the score network (MCD); keep it at least the target's dimension. (default: "
+        "the dimension rounded up to a multiple of 32, between 32 and 512)",
+        show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+LearnScheduleOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--learn-schedule/--fixed-schedule",
+        help=f"Learn the annealing schedule β (else linear). (default: {'learn' if _S.learn_schedule else 'fixed'})",
+        show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+
+# Training -----------------------------------------------------------------------------------
+IterationsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--iterations", "-n", help=f"Training iterations (0: no training). (default: {_T.iterations})",
+        show_default=False, rich_help_panel=TRAINING,
+    ),
+]
+BatchOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--batch-size", "-b", help=f"Particles per training step. (default: {_T.batch_size})",
+        show_default=False, rich_help_panel=TRAINING,
+    ),
+]
+LrOpt = Annotated[
+    Optional[float],
+    typer.Option("--lr", help=f"Adam learning rate. (default: {_T.lr:g})", show_default=False, rich_help_panel=TRAINING),
+]
+RematOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--remat/--no-remat",
+        help="Recompute the trajectory in the backward pass: memory O(√K) instead of O(K), slower.",
+        show_default=False, rich_help_panel=TRAINING,
+    ),
+]
+
+# Run control --------------------------------------------------------------------------------
+SamplesOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--samples", "-N", help=f"Importance samples for the estimate. (default: {DEFAULT_SAMPLES})",
+        show_default=False, rich_help_panel=RUN,
+    ),
+]
+SeedOpt = Annotated[
+    Optional[int], typer.Option("--seed", help="Root random seed. (default: 0)", show_default=False, rich_help_panel=RUN)
+]
+RepeatsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--repeats", "-r", help="Independent runs (seeds); reports mean ± standard error. (default: 1)",
+        show_default=False, rich_help_panel=RUN,
+    ),
+]
+PresetOpt = Annotated[
+    Optional[Preset],
+    typer.Option(
+        "--preset", help="Named settings: default (CPU, minutes) or paper (d_h = 512, long training; GPU).",
+        show_default=False, rich_help_panel=RUN,
+    ),
+]
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--config", "-c",
+        help="YAML (or JSON) file of settings: option names, any sampler/training field, and 'target'; "
+        "explicit flags win. A record's .config reproduces its run.",
+        show_default=False, rich_help_panel=RUN,
+    ),
+]
+X64Opt = Annotated[
+    bool, typer.Option("--x64", help="Compute in float64 (slower; default float32).", rich_help_panel=RUN)
+]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="Check the target, options, files and memory, then exit without running.",
+        rich_help_panel=RUN,
+    ),
+]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback when something fails.", rich_help_panel=RUN)]
+
+# Output -------------------------------------------------------------------------------------
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print only JSON (one object per line) on stdout.", rich_help_panel=OUTPUT)
+]
+OutputOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--output", "-o", help="Append one JSON line per run to this file (safe for concurrent jobs).",
+        show_default=False, rich_help_panel=OUTPUT,
+    ),
+]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bars or warnings on stderr.", rich_help_panel=OUTPUT)
+]

@@ -1,0 +1,78 @@
+"""Where results go: tables or JSON on stdout, warnings on stderr, JSON lines appended to --output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from mcd_cli import checkpoint, report
+from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
+
+
+def progress(values: dict) -> report.ProgressDisplay:
+    """Progress bars on stderr when it is a terminal and neither --quiet nor --json was given."""
+    return report.ProgressDisplay(enabled=sys.stderr.isatty() and not values.get("quiet") and not values.get("json"))
+
+
+def emit(records: list[dict], values: dict, table: Any) -> None:
+    """The table (or the JSON lines) on stdout, then each record's warnings on stderr."""
+    if values.get("json"):
+        for rec in records:
+            print(report.to_json(rec), flush=True)
+    else:
+        report.stdout_console().print(table)
+    warn_after(records, values)
+
+
+def warn_after(records: list[dict], values: dict) -> None:
+    if not values.get("quiet"):
+        for rec in records:
+            for warning in report.warnings_for(rec):
+                print(warning, file=sys.stderr)
+
+
+def warn_before(plans: list[RunPlan], values: dict) -> None:
+    """Warnings known from the settings alone, on stderr before any work (each line once)."""
+    if values.get("quiet"):
+        return
+    for line in dict.fromkeys(w for plan in plans for w in plan_warnings(plan)):
+        print(line, file=sys.stderr)
+
+
+def append(values: dict, rec: dict) -> None:
+    """Appends the record to --output (one line, atomically)."""
+    if values.get("output") is not None:
+        checkpoint.append_line(values["output"], report.to_json(rec))
+
+
+def dry_run(plans: list[RunPlan], values: dict) -> None:
+    """What would run, and about how much memory it needs."""
+    import dataclasses
+
+    rows = []
+    for plan in plans:
+        need = memory_needed(plan)
+        rows.append(
+            {
+                "dry_run": True,
+                "target": plan.target.name,
+                "dim": plan.target.dim,
+                "sampler_config": dataclasses.asdict(plan.sconf),
+                "train_config": dataclasses.asdict(plan.tconf),
+                "num_samples": plan.num_samples,
+                "seed": plan.seed,
+                "repeats": plan.repeats,
+                "memory_bytes": int(max(need["training"], need["estimation"]) + need["parameters"] + need["host"]),
+            }
+        )
+    if values.get("json"):
+        for row in rows:
+            print(json.dumps(row))
+        return
+    for plan, row in zip(plans, rows):
+        print(
+            f"ok: {plan.sconf.label} K={plan.sconf.steps} on {plan.target.name} (d = {plan.target.dim}), "
+            f"{plan.tconf.iterations} iterations × batch {plan.tconf.batch_size}, {plan.num_samples} samples, "
+            f"{plan.repeats} repeat(s); about {format_bytes(row['memory_bytes'])} of memory"
+        )

@@ -1,0 +1,251 @@
+"""From parsed options to the library's settings, with one precedence, highest first:
+
+explicit flags, then the `--config` file, then `--preset`, then the library's defaults
+(`SamplerConfig()`, `TrainConfig()`, `RunPlan`). A --config file may also hold `target`, `param`
+and any `SamplerConfig`/`TrainConfig` field, so a record's `config` reproduces its run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import typer
+import yaml
+
+from mcd_cli import safeyaml
+from mcd_cli.cli.app import one_line
+from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY
+from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
+from mcd_cli.errors import UsageError
+from mcd_cli.run import DEFAULT_SAMPLES, RunPlan
+
+SAMPLER_FIELDS = {f.name for f in dataclasses.fields(SamplerConfig)}
+TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def _explicit(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
+
+
+def read_config(path: Path) -> dict:
+    """The mapping in a --config file (YAML; JSON is YAML too)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise UsageError(f"cannot read --config '{path}' ({err.strerror or err}); check the path") from None
+    try:
+        data = safeyaml.load(text)
+    except safeyaml.DuplicateKeyError as err:
+        raise UsageError(
+            f"--config '{path}' line {err.problem_mark.line + 1}: {err.problem}; keep one of the two"
+        ) from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise UsageError(f"--config '{path}' is not valid YAML{at}; fix the file") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config '{path}' must be a mapping of option: value, got {type(data).__name__}")
+    return data
+
+
+def _config_value(ctx: typer.Context, name: str, value: Any, path: Path) -> Any:
+    """Converts a YAML value with the option's own parameter type (so it is checked the same way)."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    if name == "param":
+        if isinstance(value, dict):
+            return value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return parse_params(value)
+        raise UsageError(f"--config '{path}': 'param' must be a mapping of target parameters, e.g. param: {{dim: 20}}")
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    if value is None or isinstance(value, (dict, list)):
+        raise UsageError(f"--config '{path}': '{name}' must be a single value, got {value!r}")
+    if isinstance(value, bool) != bool(getattr(param, "is_flag", False)):
+        kind = "true or false" if getattr(param, "is_flag", False) else "a value, not true/false"
+        raise UsageError(f"--config '{path}': '{name}' must be {kind}, got {value!r}")
+    try:
+        converted = param.process_value(ctx, value)
+    except Exception as err:  # click.BadParameter
+        detail = err.format_message() if hasattr(err, "format_message") else str(err)
+        raise UsageError(f"--config '{path}': '{name}': {one_line(detail)}") from None
+    return converted.value if isinstance(converted, enum.Enum) else converted
+
+
+def _field_value(name: str, value: Any, path: Path) -> Any:
+    """A config field that is not an option (e.g. `time_dim`): a plain scalar, checked by the config."""
+    if value is None or isinstance(value, (dict, list)):
+        raise UsageError(f"--config '{path}': '{name}' must be a single value, got {value!r}")
+    return value
+
+
+def parse_params(items: Optional[list[str]]) -> dict:
+    """`["dim=20", ...]` -> `{"dim": "20", ...}` (values are parsed by the target)."""
+    params: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param expects key=value (e.g. --param dim=20), got {item!r}")
+        params[key.strip()] = value
+    return params
+
+
+def resolve(ctx: typer.Context, given: dict) -> dict:
+    """Option values after merging: explicit flags > --config file > --preset > library defaults.
+
+    Values still None afterwards mean "the library's default".
+    """
+    values = {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in given.items()}
+    params = parse_params(values.get("param"))
+    config_params: dict = {}
+    names = {p.name for p in ctx.command.params}
+    fields = (SAMPLER_FIELDS | TRAIN_FIELDS) - names
+    if values.get("config") is not None:
+        path = values["config"]
+        for raw_key, value in read_config(path).items():
+            key = str(raw_key).replace("-", "_")
+            key = {"params": "param", "checkpoint_dir": "checkpoint"}.get(key, key)
+            if key in fields:
+                values[key] = _field_value(key, value, path)
+            elif key == "config" or key not in names:
+                known = ", ".join(sorted((names | fields) - {"config"}))
+                raise UsageError(f"--config '{path}': unknown option '{raw_key}'; known options: {known}")
+            elif key == "param":
+                config_params = _config_value(ctx, key, value, path)
+            elif not _explicit(ctx, key):
+                values[key] = _config_value(ctx, key, value, path)
+    values["param"] = {**config_params, **params}
+    preset = values.get("preset")
+    if preset is not None:
+        for key, value in PRESETS[preset].items():
+            if values.get(key) is None:
+                values[key] = value
+    return values
+
+
+def _field_error(err: ValueError) -> UsageError:
+    text = str(err)
+    for name in sorted(SAMPLER_FIELDS | TRAIN_FIELDS, key=len, reverse=True):
+        if text.startswith(name + " "):
+            text = "--" + name.replace("_", "-") + text[len(name):]
+            break
+    return UsageError(text)
+
+
+def build_configs(values: dict, dim: int) -> tuple[SamplerConfig, TrainConfig]:
+    """The library's config objects from resolved values (None means the library default, except
+    the score width, which follows the target's dimension `dim`: `hidden_for(dim)`)."""
+    skw = {k: values[k] for k in SAMPLER_FIELDS if values.get(k) is not None}
+    skw.setdefault("hidden", hidden_for(dim))
+    tkw = {k: values[k] for k in TRAIN_FIELDS if values.get(k) is not None}
+    try:
+        return SamplerConfig(**skw), TrainConfig(**tkw)
+    except (TypeError, ValueError) as err:
+        raise _field_error(ValueError(str(err))) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedTarget:
+    """A target and how it was named (for the record)."""
+
+    target: Any
+    spec: str
+    text: Optional[str] = None  # the YAML read from stdin
+
+
+def load_target(spec: Optional[str], params: dict) -> LoadedTarget:
+    """A `Target` from a path, a bundled name or '-' (stdin)."""
+    from mcd_cli.targets import load_target as _load
+
+    if not spec:
+        raise UsageError(
+            "no TARGET given; name a bundled target (see `mcd targets`), a .py/.yaml file, or - for stdin"
+        )
+    stdin_text = None
+    if spec == "-":
+        stdin_text = sys.stdin.read()
+        if not stdin_text.strip():
+            raise UsageError("TARGET is '-' but stdin is empty; pipe a YAML target into mcd")
+    try:
+        target = _load(spec, params, stdin_text=stdin_text)
+    except MemoryError:
+        raise UsageError(f"not enough memory to build target '{spec}' with {params}; use a smaller dimension") from None
+    except RecursionError:
+        raise UsageError(f"target '{spec}' is nested too deeply to read; simplify it") from None
+    return LoadedTarget(target, spec, stdin_text)
+
+
+def positive(values: dict, *names: str) -> None:
+    """Usage error unless each named value is None or at least 1."""
+    for name in names:
+        value = values.get(name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+
+def run_plan(loaded: LoadedTarget, sconf: SamplerConfig, tconf: TrainConfig, values: dict, **extra) -> RunPlan:
+    """The `RunPlan` of one run from resolved values: the fields `estimate` and `compare` share."""
+
+    def pick(name: str, default: Any) -> Any:
+        return default if values.get(name) is None else values[name]
+
+    return RunPlan(
+        target=loaded.target,
+        sconf=sconf,
+        tconf=tconf,
+        num_samples=pick("samples", DEFAULT_SAMPLES),
+        seed=pick("seed", 0),
+        repeats=pick("repeats", 1),
+        output=values.get("output"),
+        x64=bool(values["x64"]),
+        target_spec=loaded.spec,
+        target_text=loaded.text,
+        **extra,
+    )
+
+
+def checkpoint_every(values: dict) -> int:
+    every = values.get("checkpoint_every")
+    return DEFAULT_CHECKPOINT_EVERY if every is None else every
+
+
+@contextlib.contextmanager
+def precision(x64: bool) -> Iterator[None]:
+    """float64 inside the block when asked (set before anything is traced), restored afterwards."""
+    import jax
+
+    before = bool(jax.config.read("jax_enable_x64"))
+    if x64 != before:
+        jax.config.update("jax_enable_x64", x64)
+    try:
+        yield
+    finally:
+        if x64 != before:
+            jax.config.update("jax_enable_x64", before)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what a cluster scheduler sends before killing a job) acts like Ctrl-C."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

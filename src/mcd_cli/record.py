@@ -1,0 +1,189 @@
+"""The record of one run: a typed, frozen value, and its JSON line.
+
+`run.execute` returns a `RunRecord`; the command line prints it (`report`) and writes it as one JSON
+object per line (`as_dict`, schema in docs/json.md, versioned by `SCHEMA_VERSION`). The record holds
+everything needed to reproduce the run: the target's spec, resolved path and content hash, and the
+complete sampler, training and run settings under `config`, whose keys are `--config` keys:
+
+    mcd estimate --json gmm8 | jq .config > run.yaml && mcd estimate --config run.yaml
+
+reproduces the estimate bit for bit on the same machine (JSON is valid YAML).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from mcd_cli.checkpoint import json_ready
+from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.estimate import PARETO_K_WARN, Estimate
+
+SCHEMA_VERSION = 2
+
+
+def finite(value: Any) -> Optional[float]:
+    """`value` as a float when it is a finite number, else None (JSON has no NaN)."""
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetInfo:
+    """What identifies a target: its name and parameters, how it was named, and its content.
+
+    `sha256` hashes the target file's bytes (or the YAML read from stdin) together with the
+    parameters, so two records with the same hash were computed on the same density.
+    """
+
+    name: str
+    dim: int
+    params: dict
+    spec: Optional[str]
+    path: Optional[str]
+    sha256: str
+    log_z: Optional[float]
+
+    @classmethod
+    def of(cls, target: Any, spec: Optional[str] = None, text: Optional[str] = None) -> "TargetInfo":
+        """The identity of `target`, named `spec` on the command line; `text`: its stdin content."""
+        params = json_ready(dict(target.params))
+        digest = hashlib.sha256()
+        source = str(getattr(target, "source", "") or "")
+        path = Path(source) if source and source not in ("builtin", "<stdin>") else None
+        if text is not None:
+            digest.update(text.encode())
+        elif path is not None and path.is_file():
+            digest.update(path.read_bytes())
+        else:
+            digest.update(f"{target.name}:{target.dim}:{source}".encode())
+        digest.update(json.dumps(params, sort_keys=True).encode())
+        return cls(
+            name=str(target.name),
+            dim=int(target.dim),
+            params=params,
+            spec=spec,
+            path=str(path) if path is not None else (source or None),
+            sha256=digest.hexdigest(),
+            log_z=finite(target.log_z),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """One `mcd estimate` run (or one cell of `mcd compare`): settings, estimate, diagnostics.
+
+    With one repeat, `log_z` and `log_z_stderr` are that estimate's; with R repeats, their mean and
+    the standard error of the mean (sd/√R). Diagnostics are averaged over repeats, except
+    `pareto_k` (the worst) and the counts (summed).
+    """
+
+    target: TargetInfo
+    sampler: SamplerConfig
+    training: TrainConfig
+    estimates: tuple[Estimate, ...]
+    log_z: float
+    log_z_stderr: Optional[float]
+    seed: int
+    num_samples: int
+    repeats: int
+    x64: bool
+    iterations_run: int
+    skipped_steps: int
+    recoveries: int
+    train_seconds: float
+    estimate_seconds: float
+    device: str
+    version: str
+    loaded_from: Optional[str] = None
+
+    @property
+    def label(self) -> str:
+        return self.sampler.label
+
+    @property
+    def ess(self) -> float:
+        return sum(e.ess for e in self.estimates) / len(self.estimates)
+
+    @property
+    def elbo(self) -> float:
+        return sum(e.elbo for e in self.estimates) / len(self.estimates)
+
+    @property
+    def pareto_k(self) -> float:
+        return max(e.pareto_k for e in self.estimates)
+
+    @property
+    def error(self) -> Optional[float]:
+        return None if self.target.log_z is None else self.log_z - self.target.log_z
+
+    def config(self) -> dict:
+        """Every setting of the run, keyed as `--config` accepts them (reproduces the run)."""
+        out: dict = {"target": self.target.spec or self.target.path, "param": self.target.params}
+        out.update(dataclasses.asdict(self.sampler))
+        out.update(dataclasses.asdict(self.training))
+        out.update(samples=self.num_samples, seed=self.seed, repeats=self.repeats, x64=self.x64)
+        if self.loaded_from is not None:
+            out["load"] = self.loaded_from
+        return json_ready(out)
+
+    def as_dict(self) -> dict:
+        """The JSON record (docs/json.md): flat keys, every number finite or None."""
+        n = int(sum(e.num_samples for e in self.estimates) / len(self.estimates))
+        ess, k = self.ess, self.pareto_k
+        s, t = self.sampler, self.training
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "target": self.target.name,
+            "dim": self.target.dim,
+            "target_params": self.target.params,
+            "target_spec": self.target.spec,
+            "target_path": self.target.path,
+            "target_sha256": self.target.sha256,
+            "label": self.label,
+            "sampler": s.sampler,
+            "backward": s.backward,
+            "steps": int(s.steps),
+            "log_z": finite(self.log_z),
+            "log_z_stderr": finite(self.log_z_stderr),
+            "log_z_repeats": [finite(e.log_z) for e in self.estimates],
+            "elbo": finite(self.elbo),
+            "ess": finite(ess),
+            "ess_per_sample": finite(ess / n) if n else None,
+            "pareto_k": finite(k),
+            "pareto_k_ok": bool(k <= PARETO_K_WARN),
+            "num_samples": n,
+            "nonfinite_weights": int(sum(e.num_nonfinite for e in self.estimates)),
+            "reference_log_z": self.target.log_z,
+            "error": finite(self.error),
+            "seed": int(self.seed),
+            "repeats": len(self.estimates),
+            "iterations": int(t.iterations),
+            "iterations_run": int(self.iterations_run),
+            "batch_size": int(t.batch_size),
+            "lr": float(t.lr),
+            "hidden": int(s.hidden),
+            "learn_schedule": bool(s.learn_schedule),
+            "skipped_steps": int(self.skipped_steps),
+            "recoveries": int(self.recoveries),
+            "loaded_from": self.loaded_from,
+            "train_seconds": round(float(self.train_seconds), 3),
+            "estimate_seconds": round(float(self.estimate_seconds), 3),
+            "device": self.device,
+            "precision": "float64" if self.x64 else "float32",
+            "version": self.version,
+            "config": self.config(),
+        }
+
+    def to_json(self) -> str:
+        """One JSON line; refuses NaN/inf (the record holds None instead)."""
+        return json.dumps(self.as_dict(), allow_nan=False, separators=(", ", ": "))
