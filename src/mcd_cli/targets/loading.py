@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.bundled import bundled_files, find_bundled
@@ -24,7 +24,23 @@ def _read_text(path: Path, display: str) -> str:
         raise TargetError(f"cannot read {display}: {err.strerror or err}") from None
 
 
-def _load_file(path: Path, params: Optional[Mapping[str, str]], display: str) -> Target:
+def _no_model_inputs(display: str, model: Optional[str], data: Optional[Mapping[str, Any]]) -> None:
+    """Model names and data files bind to a NumPyro model's arguments; a YAML target has none."""
+    if model is not None or data:
+        given = "model name" if model is not None else "data"
+        raise TargetError(
+            f"{display} is a YAML target and takes no {given}; model names and data files apply to "
+            "NumPyro model files (.py)"
+        )
+
+
+def _load_file(
+    path: Path,
+    params: Optional[Mapping[str, str]],
+    display: str,
+    model: Optional[str] = None,
+    data: Optional[Mapping[str, Any]] = None,
+) -> Target:
     if path.is_dir():
         raise TargetError(f"{display} is a directory, not a target file (.py, .yaml or .yml)")
     if not path.exists():
@@ -36,8 +52,9 @@ def _load_file(path: Path, params: Optional[Mapping[str, str]], display: str) ->
         reason = "permission denied" if err.errno == errno.EACCES else (err.strerror or str(err))
         raise TargetError(f"cannot read {display}: {reason}") from None
     if path.suffix in PYTHON_SUFFIXES:
-        return load_python(path, params, display=display)
+        return load_python(path, params, display=display, model=model, data=data)
     if path.suffix in YAML_SUFFIXES:
+        _no_model_inputs(display, model, data)
         text = _read_text(path, display)
         return load_yaml_text(
             text,
@@ -58,6 +75,8 @@ def load_target(
     params: Optional[Mapping[str, str]] = None,
     *,
     stdin_text: Optional[str] = None,
+    model: Optional[str] = None,
+    data: Optional[Mapping[str, Any]] = None,
 ) -> Target:
     """Loads a target from a file, a bundled name, or YAML on standard input.
 
@@ -68,6 +87,9 @@ def load_target(
             of the parameter's default) or typed values. Unknown keys are errors.
         stdin_text: the YAML text when `spec` is "-" (relative paths in it are relative to the
             working directory).
+        model: the name of the NumPyro model function in a `.py` file (default `model`).
+        data: named arrays (see `datafile.read_data`) bound to the NumPyro model's keyword
+            arguments by name, over the file's module-level values.
 
     Returns:
         The `Target`, whose log density has been traced once to check its output.
@@ -85,16 +107,17 @@ def load_target(
     if spec == "-":
         if stdin_text is None or not stdin_text.strip():
             raise TargetError("no YAML text on standard input (target '-')")
+        _no_model_inputs("<stdin>", model, data)
         return load_yaml_text(
             stdin_text, "<stdin>", Path.cwd(), params, default_name="stdin", source="<stdin>"
         )
     path = Path(spec).expanduser()
     bundled = find_bundled(spec)
     if path.suffix or "/" in spec or "\\" in spec or (bundled is None and path.exists()):
-        return _load_file(path, params, spec)
+        return _load_file(path, params, spec, model, data)
     if bundled is None:
         names = ", ".join(bundled_files()) or "none installed"
         raise TargetError(
             f"no target file or bundled target named {spec!r}; give a .py or .yaml path, or one of: {names}"
         )
-    return _load_file(bundled, params, bundled.name)
+    return _load_file(bundled, params, bundled.name, model, data)

@@ -7,7 +7,9 @@ either
 * module-level `dim` and `log_density(x)`, and optionally `log_z`, `initial`, `name`,
   `description` (default: the first line of the module docstring); or
 * `make_target(**params)`, whose keyword defaults declare parameters settable as `key=value`, and
-  which returns a dict with the same keys (or a `Target`).
+  which returns a dict with the same keys (or a `Target`); or
+* a NumPyro model function `model` (or another name, given as `model=`), whose keyword arguments
+  take the data (see `numpyro_model.py`).
 
 Every failure is a `TargetError` with a one-line message naming the file (and line).
 """
@@ -23,8 +25,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator, Mapping, Optional
 
+from mcd_cli.targets import numpyro_model
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.fields import build
+from mcd_cli.targets.numpyro_model import missing_numpyro
 from mcd_cli.targets.params import bind_params, declared_params
 from mcd_cli.targets.validate import one_line, probe, where
 
@@ -70,6 +74,8 @@ def _import(path: Path, display: str) -> ModuleType:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as err:
         sys.modules.pop(module_name, None)
+        if (err.name or "").split(".")[0] == "numpyro":
+            raise missing_numpyro(display) from None
         raise TargetError(
             f"{where(display, err, [path])}: cannot import module {err.name!r}; install it, or put "
             f"{err.name}.py next to the target file"
@@ -137,10 +143,31 @@ def from_module(
     module: ModuleType,
     params: Optional[Mapping[str, Any]] = None,
     display: Optional[str] = None,
+    *,
+    model: Optional[str] = None,
+    data: Optional[Mapping[str, Any]] = None,
 ) -> Target:
-    """Builds the `Target` an imported target file defines, calling `make_target(**params)` if any."""
+    """Builds the `Target` an imported target file defines, calling `make_target(**params)` if any.
+
+    A file with neither `log_density` nor `make_target` may define a NumPyro model (`model`, or the
+    function named by `model`); `data` binds arrays to its keyword arguments by name.
+    """
     path = Path(module.__file__).resolve()
     display = display or str(path)
+    plain = [k for k in ("make_target", "log_density") if hasattr(module, k)]
+    if plain and (model is not None or data):
+        given = "model name" if model is not None else "data"
+        raise TargetError(
+            f"{display} defines {plain[0]}, not a NumPyro model, so it takes no {given}; "
+            "model names and data files apply to NumPyro model files"
+        )
+    if not plain:
+        model_fn = numpyro_model.find_model(module, model, display)
+        if model_fn is not None:
+            with _folder_on_path(path.parent):
+                return numpyro_model.from_module(
+                    module, model_fn, display, model_name=model, data=data, params=params
+                )
     with _folder_on_path(path.parent):
         if hasattr(module, "make_target"):
             fields, bound = _from_make_target(module, params or {}, display, path)
@@ -157,8 +184,8 @@ def from_module(
             bound = {}
         else:
             raise TargetError(
-                f"{display} defines neither log_density(x) (with dim) nor make_target(**params); "
-                "see docs/targets.md"
+                f"{display} defines neither log_density(x) (with dim) nor make_target(**params), nor a "
+                "NumPyro model function `model`; see docs/targets.md"
             )
         if "log_density" not in fields or "dim" not in fields:
             raise TargetError(f"{display}: make_target must return at least log_density and dim")
@@ -186,6 +213,9 @@ def load_python(
     path: Path,
     params: Optional[Mapping[str, Any]] = None,
     display: Optional[str] = None,
+    *,
+    model: Optional[str] = None,
+    data: Optional[Mapping[str, Any]] = None,
 ) -> Target:
     """Imports a Python target file and builds its `Target`.
 
@@ -193,9 +223,11 @@ def load_python(
         path: the `.py` file.
         params: values for `make_target`'s parameters (strings are converted by the default's type).
         display: how to name the file in messages (default: the path).
+        model: the name of the NumPyro model function in the file (default `model`).
+        data: arrays bound to the NumPyro model's keyword arguments by name.
 
     Raises:
         TargetError: with a one-line message, for every way the file can be unusable.
     """
     display = display or str(path)
-    return from_module(import_file(path, display), params, display)
+    return from_module(import_file(path, display), params, display, model=model, data=data)
