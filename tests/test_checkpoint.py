@@ -55,7 +55,7 @@ def test_params_round_trip(tmp_path):
 
 
 def test_train_state_round_trip_including_key_and_counters(tmp_path):
-    state = dataclasses.replace(fresh_state(1), iteration=7, lr_scale=0.25, skipped=3, recoveries=1)
+    state = fresh_state(1)._replace(iteration=7, lr_scale=0.25, skipped=3, recoveries=1)
     path = tmp_path / "s.npz"
     checkpoint.save_state(path, state, {"seed": 1})
     restored, meta = checkpoint.load_state(path, fresh_state(2))
@@ -102,17 +102,20 @@ def test_files_that_are_not_ours_are_rejected_in_one_line(tmp_path, kind):
     assert "\n" not in str(err.value) and "bad.npz" in str(err.value)
 
 
-def test_newer_format_version_is_rejected(tmp_path):
+@pytest.mark.parametrize("version", [1, checkpoint.FORMAT_VERSION + 1])
+def test_other_format_versions_are_rejected_naming_the_version(tmp_path, version):
+    """Files of the previous format (dict parameters, version 1) and of newer ones: one clear line."""
     path = tmp_path / "p.npz"
-    checkpoint.save_params(path, fresh_state().params)
+    checkpoint.save_params(path, fresh_state().params, {"mcd_cli_version": "0.1.0"})
     with zipfile.ZipFile(path) as z:
         arrays = {n[:-4]: np.load(z.open(n)) for n in z.namelist()}
     meta = json.loads(arrays["__meta__"].tobytes())
-    meta["version"] = checkpoint.FORMAT_VERSION + 1
+    meta["version"] = version
     arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     np.savez(path, **arrays)
-    with pytest.raises(checkpoint.CheckpointError, match="version"):
+    with pytest.raises(checkpoint.CheckpointError, match=f"version {version} .mcd-cli 0.1.0.") as err:
         checkpoint.load_params(path, fresh_state().params)
+    assert "\n" not in str(err.value) and "refit" in str(err.value)
 
 
 def test_file_from_other_settings_is_rejected(tmp_path):

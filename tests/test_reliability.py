@@ -162,14 +162,14 @@ def test_a_checkpoint_directory_in_use_needs_resume(mcd, gauss_yaml, tmp_path):
 
 
 def test_ctrl_c_without_checkpoint_dir_saves_in_the_working_directory(mcd, gauss_yaml, tmp_path, monkeypatch):
-    from mcd_cli import runner
+    from mcd_cli import run
     from mcd_cli.training import TrainingInterrupted
 
     def interrupted_fit(state, *args, **kwargs):
         raise TrainingInterrupted(state)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "fit", interrupted_fit)
+    monkeypatch.setattr(run, "fit", interrupted_fit)
     code, out, err = mcd(["estimate", gauss_yaml, *TINY, "--iterations", "5", "--seed", "4"])
     assert code == 130 and out == ""
     line = one_line_error(err)
@@ -317,7 +317,7 @@ def test_parallel_jobs_append_whole_lines(mcd_process, gauss_yaml, tmp_path):
 
 
 def test_ctrl_c_while_estimating_keeps_the_finished_training(mcd, gauss_yaml, tmp_path, monkeypatch):
-    from mcd_cli import runner
+    from mcd_cli import annealing
 
     def interrupted_estimate(*args, **kwargs):
         raise KeyboardInterrupt
@@ -325,7 +325,7 @@ def test_ctrl_c_while_estimating_keeps_the_finished_training(mcd, gauss_yaml, tm
     directory = tmp_path / "ckpt"
     args = ["estimate", gauss_yaml, *TINY, "--iterations", "2", "--checkpoint", directory, "--checkpoint-every", "0"]
     with monkeypatch.context() as patch:
-        patch.setattr(runner, "estimate", interrupted_estimate)
+        patch.setattr(annealing, "sample_log_weights", interrupted_estimate)
         code, out, err = mcd(args)
     assert code == 130 and "--resume" in one_line_error(err)
     assert checkpoint.read_meta(directory / "state-r0.npz")["iteration"] == 2

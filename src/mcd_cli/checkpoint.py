@@ -347,10 +347,11 @@ def load_params(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
 
 
 def save_state(path: str | os.PathLike, state: Any, meta: Optional[dict] = None) -> None:
-    """Saves a whole training state (a pytree: parameters, optimiser state, key, counters) atomically."""
+    """Saves a whole training state (a NamedTuple pytree with a `params` field) atomically."""
     meta = dict(meta or {})
     meta["iteration"] = int(getattr(state, "iteration", 0))
-    _write(path, STATE_KIND, {"state": state}, meta)
+    # The parameters are stored apart, under the name a parameter file uses, so --load reads them.
+    _write(path, STATE_KIND, {"params": state.params, "state": state._replace(params=())}, meta)
 
 
 def load_state(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
@@ -365,4 +366,6 @@ def load_state(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
             f"'{path}' holds trained parameters, not a training checkpoint; use it with --load"
         )
     keys = set(meta.get("key_leaves", ()))
-    return _restore("state", arrays, template, keys, str(path)), meta
+    params = _restore("params", arrays, template.params, keys, str(path))
+    rest = _restore("state", arrays, template._replace(params=()), keys, str(path))
+    return rest._replace(params=params), meta
