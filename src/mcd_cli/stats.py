@@ -60,15 +60,15 @@ import numpy as np
 import scipy.stats
 from scipy.special import polygamma, softmax
 
-# Pareto k̂ (Vehtari et al. 2024, §3): above 0.5 the weights' variance is likely infinite, so the
+# Pareto k̂ (Vehtari et al. 2024): above 0.5 the weights' variance is likely infinite, so the
 # delta-method standard error loses its meaning; above 0.7 even the estimate converges too slowly
-# to be useful at any practical N. With fewer than ~2,200 samples the limit is lower,
-# 1 − 1/log10 N (their eq. 12): the tail fit is too noisy to vouch for 0.7.
+# to be useful at any practical N. With fewer than ~2,200 samples their limit is lower,
+# 1 − 1/log10 N: a short tail fit is too noisy to vouch for 0.7.
 PARETO_K_WARN = 0.5
 PARETO_K_BAD = 0.7
 
 # The tail fit needs this many distinct weights strictly above the tail cutoff (the PSIS tail
-# length rule gives exactly 5 at N = 25); with fewer the GPD has nothing to fit, and k̂ = inf.
+# length rule reaches 5 at N = 21); with fewer the GPD has nothing to fit, and k̂ = inf.
 PARETO_MIN_TAIL = 5
 
 # ESS floor, absolute: below 10 effective draws the mass sits on a handful of particles, the
@@ -76,7 +76,7 @@ PARETO_MIN_TAIL = 5
 # bounded whatever the error. Not relative to N: a large run with ESS/N small is fine as long as
 # ESS itself is large (N = 10⁶, ESS = 10³ is a good estimate); whether N is large enough for the
 # weights' spread is the gap rule's question. Between 10 and 100 the SE's own relative error,
-# about 1/sqrt(2 ESS), is 7 to 22 % or worse: workable, worth a warning.
+# about 1/sqrt(2 ESS) for the best-behaved weights, is 7 to 22 %: workable, worth a warning.
 ESS_MIN = 10.0
 ESS_WARN = 100.0
 
@@ -92,8 +92,8 @@ NONFINITE_MAX_FRAC = 0.1
 # second-order term (a bias of −relvar/2) already reaches a quarter of the standard error.
 GAP_MARGIN = math.log(4.0)
 
-# Standard errors disagree when their log ratio exceeds this many combined relative uncertainties;
-# a combination is unreliable when the replicate spread exceeds the per-run SEs by WILD of them.
+# Replicate and per-run SEs disagree when `stderr_disagreement` (a z score) exceeds DISAGREE in
+# size; a combination is unreliable when the repeats scatter more than claimed by WILD.
 STDERR_DISAGREE_Z = 2.0
 STDERR_WILD_Z = 4.0
 
@@ -208,7 +208,8 @@ def _gpd_fit_log(log_x: np.ndarray) -> float:
     with np.errstate(divide="ignore"):
         log_abs_b = np.where(a < 0, _log1mexp(np.minimum(a, 0.0)), a + _log1mexp(-np.abs(a)))
         profile = n * (log_abs_b - np.log(np.abs(k_grid)) - k_grid - 1.0)
-    weights = softmax(profile)
+    # b = 0 exactly (a = 0) gives 0/0; the grid point then carries no weight.
+    weights = softmax(np.where(np.isnan(profile), -np.inf, profile))
     keep = weights >= 10 * np.finfo(float).eps
     weights = weights[keep] / weights[keep].sum()
     k, _ = k_of(math.log(float(np.sum(c[keep] * weights))))
@@ -234,7 +235,7 @@ def pareto_k(log_w: np.ndarray) -> float:
 
     Returns:
         k̂; `inf` when there are fewer than `PARETO_MIN_TAIL` distinct weights above the cutoff
-        (too few to fit, e.g. one or two dominant weights, or N < 25); `−inf` when the M + 1
+        (too few to fit, e.g. one or two dominant weights, or N < 21); `−inf` when the M + 1
         largest weights are all equal: the exceedances are a point mass at 0, the limit of a
         GPD as k → −∞ (e.g. constant weights).
 
@@ -357,9 +358,9 @@ def verdict(
     elif pareto_k > PARETO_K_WARN:
         warn.append(f"Pareto k̂ {pareto_k:.2f} > {PARETO_K_WARN}: variance may be infinite")
     if ess < ess_floor(n):
-        bad.append(f"ESS {ess:.1f} < {ESS_MIN:g} of {n}")
+        bad.append(f"ESS {ess:.1f} of {n}, below {ESS_MIN:g}")
     elif ess < ESS_WARN:
-        warn.append(f"ESS {ess:.1f} < {ESS_WARN:g}: the standard error is itself rough")
+        warn.append(f"ESS {ess:.1f} of {n}, below {ESS_WARN:g}: the standard error is itself rough")
     positive = lw[np.isfinite(lw)]
     if positive.size >= 2:
         log_n = math.log(positive.size)
@@ -368,8 +369,8 @@ def verdict(
         gap = m + math.log(float(np.mean(w))) - typical
         if 2.0 * gap > log_n - GAP_MARGIN:
             bad.append(
-                f"log Ẑ − ELBO = {gap:.3g} nats: log-normal weights this spread need "
-                f"N ≫ e^{2 * gap:.3g}, have {positive.size}"
+                f"log Ẑ exceeds the ELBO (or median log w) by {gap:.3g} nats: log-normal "
+                f"weights this spread need N ≫ e^{2 * gap:.3g}, have {positive.size}"
             )
     if bad:
         return Status.UNRELIABLE, tuple(bad + warn)
