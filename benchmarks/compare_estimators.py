@@ -43,7 +43,6 @@ from common import RESULTS, ResultFile, log  # noqa: E402
 from paper_tables import BUDGETS, ESTIMATORS, run_cell, sampler_config  # noqa: E402
 from mcd_cli.config import TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
-from mcd_cli.training import make_update  # noqa: E402
 
 
 def split_target(target):
@@ -57,8 +56,7 @@ def run_mcd(target, args, seed: int) -> dict:
     sconf = sampler_config(args.mcd_estimator, args.mcd_steps, cpu["hidden"])
     tconf = TrainConfig(iterations=cpu["iterations"], batch_size=cpu["batch_size"], lr=cpu["lr"])
     t0 = time.perf_counter()
-    update = make_update(target, sconf, tconf)
-    cell = run_cell(target, sconf, tconf, update, seed, args.num_samples)
+    cell = run_cell(target, sconf, tconf, seed, args.num_samples)
     cell["seconds"] = time.perf_counter() - t0
     cell["settings"] = {"estimator": args.mcd_estimator, "steps": args.mcd_steps, **{
         k: cpu[k] for k in ("hidden", "iterations", "lr", "batch_size")}, "num_samples": args.num_samples}

@@ -32,15 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
 from common import RESULTS, ResultFile, log  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
-from mcd_cli.estimate import AllWeightsNonFinite, estimate  # noqa: E402
+from mcd_cli.errors import RunFailed  # noqa: E402
+from mcd_cli.run import RunPlan, execute  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
-from mcd_cli.training import TrainingDiverged, fit, init_train_state, make_update  # noqa: E402
 
 TARGETS = ("gauss_shift", "gauss_narrow", "gmm8", "laplace", "student_t3")
 ESTIMATORS = ("ula", "uha", "ula-mcd", "uha-mcd")
@@ -61,34 +57,27 @@ def sampler_config(estimator: str, steps: int, hidden: int) -> SamplerConfig:
     )
 
 
-def run_cell(target, sconf, tconf, update, seed: int, num_samples: int) -> dict:
-    """Trains from `seed` and estimates log Z; returns the numbers and the seconds each part took."""
-    key_init, key_est = jax.random.split(jax.random.key(seed))
-    state = init_train_state(key_init, target, sconf, tconf)
+def run_cell(target, sconf, tconf, seed: int, num_samples: int) -> dict:
+    """Exactly the run `mcd estimate <target> --seed <seed>` makes (`run.execute`), as numbers."""
     try:
-        result = fit(state, target, sconf, tconf, update=update)
-    except TrainingDiverged as err:
+        record = execute(RunPlan(target, sconf, tconf, num_samples=num_samples, seed=seed, target_spec=target.name))
+    except RunFailed as err:
         return {"failed": str(err)}
-    try:
-        est = estimate(key_est, result.params, target, sconf, num_samples=num_samples)
-    except AllWeightsNonFinite as err:
-        return {"failed": str(err), "train_seconds": result.seconds}
-    hist = result.elbo_history
-    tail = hist[-max(1, len(hist) // 10):] if len(hist) else hist
+    est = record.estimates[0]
     return {
         "log_z": est.log_z,
-        "log_z_stderr": est.log_z_stderr,
+        "log_z_stderr": record.log_z_stderr,
         "abs_error": abs(est.log_z - (target.log_z or 0.0)),
         "elbo": est.elbo,
         "ess": est.ess,
         "pareto_k": est.pareto_k,
         "num_samples": est.num_samples,
         "num_nonfinite": est.num_nonfinite,
-        "train_elbo_last_10pct": float(np.nanmean(tail)) if len(tail) else None,
-        "train_skipped": result.skipped,
-        "train_recoveries": result.recoveries,
-        "train_seconds": result.seconds,
-        "estimate_seconds": est.seconds,
+        "train_elbo_last_10pct": record.train_elbo_last,
+        "train_skipped": record.skipped_steps,
+        "train_recoveries": record.recoveries,
+        "train_seconds": record.train_seconds,
+        "estimate_seconds": record.estimate_seconds,
     }
 
 
@@ -133,18 +122,12 @@ def main(argv=None) -> None:
                     if not pending:
                         continue
                     sconf = sampler_config(est, steps, b["hidden"])
-                    update = make_update(target, sconf, tconf)
-                    state = init_train_state(jax.random.key(0), target, sconf, tconf)
-                    t0 = time.perf_counter()
-                    jax.block_until_ready(update(state.params, state.opt_state, state.key,
-                                                 jnp.asarray(1.0, dtype=jnp.float32)))
-                    compile_seconds = time.perf_counter() - t0
                     for i, seed in enumerate(pending):
                         t0 = time.perf_counter()
-                        cell = run_cell(target, sconf, tconf, update, seed, args.num_samples)
+                        cell = run_cell(target, sconf, tconf, seed, args.num_samples)
+                        # The first seed's wall time includes compiling the update (cached afterwards).
                         cell.update(target=name, dim=dim, estimator=est, steps=steps, seed=seed,
-                                    wall_seconds=time.perf_counter() - t0,
-                                    train_compile_seconds=compile_seconds if i == 0 else None)
+                                    wall_seconds=time.perf_counter() - t0, includes_compile=i == 0)
                         results.add(keys[seed], cell)
                         log(f"{keys[seed]}: log Z {cell.get('log_z', float('nan')):+.4f} "
                             f"± {cell.get('log_z_stderr', float('nan')):.4f}  k̂ {cell.get('pareto_k', float('nan')):.2f}  "

@@ -34,7 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from common import RESULTS, ResultFile, log  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
-from mcd_cli.estimate import make_sampler  # noqa: E402
+from mcd_cli.annealing import log_weight_chunk  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from mcd_cli.training import init_train_state, make_update  # noqa: E402
 
@@ -98,7 +98,7 @@ class EstimateTimer(_Timer):
     """One estimator's compiled chunk of importance samples."""
 
     def __init__(self, target, sconf, params, chunk_size):
-        self.chunk = make_sampler(target, sconf, chunk_size)
+        self.chunk = log_weight_chunk(target, sconf, chunk_size)
         self.params, self.chunk_size = params, chunk_size
         super().__init__()
 

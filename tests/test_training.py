@@ -10,7 +10,7 @@ from jax.scipy.special import logsumexp
 from jax.scipy.stats import norm
 
 from mcd_cli import annealing, training
-from mcd_cli.estimate import Estimate, combine, summarize
+from mcd_cli.stats import Estimate, combine, summarize
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.base import Target
 

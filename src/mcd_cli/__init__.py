@@ -22,7 +22,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, McdError, RunFailed, Unreliable, UsageError
-from mcd_cli.estimate import AllWeightsNonFinite, Estimate
+from mcd_cli.stats import AllWeightsNonFinite, Estimate, Status
 from mcd_cli.kernels import BACKWARD, FORWARD, estimators
 from mcd_cli.record import RunRecord
 from mcd_cli.run import RunPlan, execute
@@ -56,5 +56,6 @@ __all__ = [
     "init_train_state",
     "fit",
     "Estimate",
+    "Status",
     "AllWeightsNonFinite",
 ]

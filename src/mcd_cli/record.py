@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from mcd_cli.checkpoint import json_ready
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.estimate import PARETO_K_WARN, Estimate
+from mcd_cli.stats import PARETO_K_BAD, Combined, Estimate, advice
 
 SCHEMA_VERSION = 2
 
@@ -82,17 +82,16 @@ class TargetInfo:
 class RunRecord:
     """One `mcd estimate` run (or one cell of `mcd compare`): settings, estimate, diagnostics.
 
-    With one repeat, `log_z` and `log_z_stderr` are that estimate's; with R repeats, their mean and
-    the standard error of the mean (sd/√R). Diagnostics are averaged over repeats, except
-    `pareto_k` (the worst) and the counts (summed).
+    `combined` holds the estimate, its verdict and the headline standard error (`stats`): with one
+    repeat that estimate's own (delta method), with R repeats their mean and the spread over the
+    repeats (sd/√R); none at all when the verdict is unreliable. Diagnostics are averaged over
+    repeats, except `pareto_k` (the worst) and the counts (summed).
     """
 
     target: TargetInfo
     sampler: SamplerConfig
     training: TrainConfig
-    estimates: tuple[Estimate, ...]
-    log_z: float
-    log_z_stderr: Optional[float]
+    combined: Combined
     seed: int
     num_samples: int
     repeats: int
@@ -105,6 +104,23 @@ class RunRecord:
     device: str
     version: str
     loaded_from: Optional[str] = None
+    elbo_history: tuple = ()  # per repeat: the training ELBO of every iteration run (NaN if skipped)
+
+    @property
+    def estimates(self) -> tuple[Estimate, ...]:
+        return self.combined.estimates
+
+    @property
+    def log_z(self) -> float:
+        return self.combined.log_z
+
+    @property
+    def log_z_stderr(self) -> Optional[float]:
+        return self.combined.log_z_stderr
+
+    @property
+    def status(self) -> str:
+        return self.combined.status.value
 
     @property
     def label(self) -> str:
@@ -121,6 +137,13 @@ class RunRecord:
     @property
     def pareto_k(self) -> float:
         return max(e.pareto_k for e in self.estimates)
+
+    @property
+    def train_elbo_last(self) -> Optional[float]:
+        """Mean training ELBO over the last 10% of the iterations run (all repeats), or None."""
+        tails = [h[-max(1, len(h) // 10):] for h in self.elbo_history if len(h)]
+        values = [v for tail in tails for v in tail if math.isfinite(v)]
+        return sum(values) / len(values) if values else None
 
     @property
     def error(self) -> Optional[float]:
@@ -155,12 +178,20 @@ class RunRecord:
             "steps": int(s.steps),
             "log_z": finite(self.log_z),
             "log_z_stderr": finite(self.log_z_stderr),
+            "log_z_stderr_method": self.combined.log_z_stderr_method,
+            "status": self.status,
+            "reasons": list(self.combined.reasons),
+            "advice": advice(self.combined),
+            "delta_stderr": finite(self.combined.delta_stderr),
+            "replicate_stderr": finite(self.combined.replicate_stderr),
+            "stderr_disagree": self.combined.stderr_disagree,
             "log_z_repeats": [finite(e.log_z) for e in self.estimates],
+            "status_repeats": [e.status.value for e in self.estimates],
             "elbo": finite(self.elbo),
             "ess": finite(ess),
             "ess_per_sample": finite(ess / n) if n else None,
             "pareto_k": finite(k),
-            "pareto_k_ok": bool(k <= PARETO_K_WARN),
+            "pareto_k_ok": bool(k <= PARETO_K_BAD),
             "num_samples": n,
             "nonfinite_weights": int(sum(e.num_nonfinite for e in self.estimates)),
             "reference_log_z": self.target.log_z,
@@ -173,6 +204,7 @@ class RunRecord:
             "lr": float(t.lr),
             "hidden": int(s.hidden),
             "learn_schedule": bool(s.learn_schedule),
+            "train_elbo_last": finite(self.train_elbo_last),
             "skipped_steps": int(self.skipped_steps),
             "recoveries": int(self.recoveries),
             "loaded_from": self.loaded_from,

@@ -25,7 +25,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from mcd_cli.estimate import PARETO_K_WARN
+from mcd_cli.stats import PARETO_K_BAD, PARETO_K_WARN
 from mcd_cli.record import finite
 
 
@@ -45,30 +45,42 @@ def fmt(value: Optional[float], digits: int = 3) -> str:
 
 
 def fmt_log_z(log_z: Optional[float], stderr: Optional[float]) -> str:
+    """`log Ẑ ± se`, or `log Ẑ` alone when there is no standard error that means anything."""
     if finite(log_z) is None:
         return "—"
     return fmt(log_z) if finite(stderr) is None else f"{fmt(log_z)} ± {fmt(stderr)}"
 
 
+_STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "unreliable": "bold red"}
+
+
+def fmt_status(status: str) -> Text:
+    """The verdict, in colour."""
+    return Text(status.upper() if status == "unreliable" else status, style=_STATUS_STYLE.get(status, ""))
+
+
 def fmt_pareto(k: Optional[float]) -> Text:
-    """k̂, in red with a warning sign when above 0.7 (or when it could not be fitted)."""
+    """k̂: green up to 0.5, yellow up to 0.7, red above (or when no tail could be fitted)."""
     if finite(k) is None:
-        return Text("— (tail too short to fit)", style="yellow")
+        return Text("— (no tail to fit)", style="bold red")
+    if k > PARETO_K_BAD:
+        return Text(f"{k:.2f}  > {PARETO_K_BAD}: the weights' tail is too heavy", style="bold red")
     if k > PARETO_K_WARN:
-        return Text(f"{k:.2f} ⚠ > {PARETO_K_WARN}: unreliable", style="bold red")
+        return Text(f"{k:.2f}  > {PARETO_K_WARN}: converges slowly", style="yellow")
     return Text(f"{k:.2f}", style="green")
 
 
 def warnings_for(rec: dict) -> list[str]:
     """Plain-text warnings about a record, one line each (shown on stderr)."""
     out = []
-    k = rec.get("pareto_k")
-    if k is not None and k > PARETO_K_WARN:
+    where = f"{rec['label']} K={rec['steps']}"
+    if rec.get("status") == "unreliable":
         out.append(
-            f"warning: Pareto k̂ = {k:.2f} > {PARETO_K_WARN} for {rec['label']} K={rec['steps']}: "
-            "the weights are heavy-tailed, so the standard error (and likely the estimate) "
-            "cannot be trusted; train longer or use more steps"
+            f"warning: {where} is UNRELIABLE ({'; '.join(rec['reasons']) or 'see the diagnostics'}): "
+            f"do not use this estimate; {rec['advice']}"
         )
+    elif rec.get("status") == "warn":
+        out.append(f"warning: {where}: {'; '.join(rec['reasons'])}; {rec['advice']}")
     if rec.get("nonfinite_weights"):
         out.append(
             f"warning: {rec['nonfinite_weights']} importance weights were NaN or +inf and were "
@@ -82,6 +94,13 @@ def warnings_for(rec: dict) -> list[str]:
     return out
 
 
+_SE_METHOD = {
+    "delta": "delta method",
+    "replicates": "spread over repeats",
+    "none": "no valid standard error",
+}
+
+
 def estimate_table(rec: dict) -> Table:
     """The table of one estimate: a column of names and a column of values."""
     table = Table(
@@ -92,6 +111,13 @@ def estimate_table(rec: dict) -> Table:
     )
     table.add_column("", style="bold")
     table.add_column("")
+    status = rec.get("status", "ok")
+    verdict = fmt_status(status)
+    if status != "ok":
+        verdict.append(f"  {'; '.join(rec['reasons'])}", style="")
+    table.add_row("verdict", verdict)
+    if status != "ok":
+        table.add_row("advice", rec["advice"])
     params = ", ".join(f"{k}={v}" for k, v in rec["target_params"].items())
     table.add_row("target", f"{rec['target']}  d = {rec['dim']}" + (f"  ({params})" if params else ""))
     table.add_row(
@@ -100,7 +126,18 @@ def estimate_table(rec: dict) -> Table:
         f"K = {rec['steps']} steps",
     )
     label = "log Ẑ" if rec["repeats"] == 1 else f"log Ẑ (mean of {rec['repeats']})"
-    table.add_row(label, Text(fmt_log_z(rec["log_z"], rec["log_z_stderr"]), style="bold"))
+    estimate = Text(fmt_log_z(rec["log_z"], rec["log_z_stderr"]), style="bold")
+    estimate.append(f"  ({_SE_METHOD.get(rec['log_z_stderr_method'], rec['log_z_stderr_method'])})", style="")
+    table.add_row(label, estimate)
+    if rec.get("stderr_disagree"):
+        table.add_row(
+            "standard errors",
+            Text(
+                f"disagree: spread over repeats {fmt(rec['replicate_stderr'])}, per-run delta "
+                f"method {fmt(rec['delta_stderr'])}",
+                style="yellow",
+            ),
+        )
     if rec["reference_log_z"] is not None:
         table.add_row("known log Z", f"{fmt(rec['reference_log_z'])}  (error {rec['error']:+.3f})")
     else:
@@ -142,6 +179,7 @@ def compare_table(records: Sequence[dict]) -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("estimator")
     table.add_column("K", justify="right")
+    table.add_column("verdict")
     table.add_column("log Ẑ", justify="right")
     if first["reference_log_z"] is not None:
         table.add_column("error", justify="right")
@@ -151,11 +189,11 @@ def compare_table(records: Sequence[dict]) -> Table:
     table.add_column("train s", justify="right")
     table.add_column("est. s", justify="right")
     for rec in records:
-        row = [rec["label"], str(rec["steps"]), fmt_log_z(rec["log_z"], rec["log_z_stderr"])]
+        row = [rec["label"], str(rec["steps"]), fmt_status(rec["status"]), fmt_log_z(rec["log_z"], rec["log_z_stderr"])]
         if first["reference_log_z"] is not None:
             row.append("—" if rec["error"] is None else f"{rec['error']:+.3f}")
         k = rec["pareto_k"]
-        k_text = Text("—" if k is None else f"{k:.2f}", style="red" if k is None or k > PARETO_K_WARN else "")
+        k_text = Text("—" if k is None else f"{k:.2f}", style="red" if k is None or k > PARETO_K_BAD else "")
         row += [
             fmt(rec["elbo"]),
             fmt(rec["ess_per_sample"]),

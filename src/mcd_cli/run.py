@@ -25,7 +25,7 @@ import jax
 from mcd_cli import annealing, checkpoint
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
-from mcd_cli.estimate import combine, summarize
+from mcd_cli.stats import combine_estimates, summarize
 from mcd_cli.kernels import registry
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_update
@@ -399,6 +399,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         loaded, meta = checkpoint.load_params(plan.load, template)
         t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
     update = make_update(target, s, t) if loaded is None and t.iterations > 0 else None
+    histories = []
     for repeat in range(plan.repeats):
         key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))
         result = None
@@ -407,6 +408,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         else:
             result, ran = _train(plan, key_init, repeat, progress, update)
             params = result.state.params
+            histories.append(result.elbo_history)
             totals.train_seconds += result.seconds
             totals.skipped += result.skipped
             totals.recoveries += result.recoveries
@@ -435,16 +437,11 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
                 "more steps, or check the target with `mcd check`"
             )
         totals.estimates.append(est)
-    log_z, stderr = combine([e.log_z for e in totals.estimates])
-    if len(totals.estimates) == 1:
-        stderr = totals.estimates[0].log_z_stderr
     return RunRecord(
         target=TargetInfo.of(target, plan.target_spec, plan.target_text),
         sampler=s,
         training=t,
-        estimates=tuple(totals.estimates),
-        log_z=log_z,
-        log_z_stderr=stderr,
+        combined=combine_estimates(totals.estimates),
         seed=plan.seed,
         num_samples=plan.num_samples,
         repeats=plan.repeats,
@@ -457,4 +454,5 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         device=device_name(),
         version=version(),
         loaded_from=str(plan.load) if plan.load is not None else None,
+        elbo_history=tuple(histories),
     )

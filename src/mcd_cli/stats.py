@@ -60,6 +60,8 @@ import numpy as np
 import scipy.stats
 from scipy.special import polygamma, softmax
 
+from mcd_cli.errors import RunFailed
+
 # Pareto k̂ (Vehtari et al. 2024): above 0.5 the weights' variance is likely infinite, so the
 # delta-method standard error loses its meaning; above 0.7 even the estimate converges too slowly
 # to be useful at any practical N. With fewer than ~2,200 samples their limit is lower,
@@ -119,7 +121,7 @@ def worst(statuses: Sequence[Status]) -> Status:
     return max(statuses, key=_RANK.__getitem__, default=Status.OK)
 
 
-class AllWeightsNonFinite(RuntimeError):
+class AllWeightsNonFinite(RunFailed):
     """No importance weight was finite: there is nothing to estimate from."""
 
 
@@ -572,7 +574,7 @@ def combine_estimates(estimates: Sequence[Estimate]) -> Combined:
 
 _COVER = (
     "train longer (--iterations), use more annealing steps (--steps), a wider or better-placed "
-    "initial distribution (the target's `initial:`), or SMC with resampling (--resample)"
+    "initial distribution (the target's `initial:`)"
 )
 
 

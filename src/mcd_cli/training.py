@@ -19,6 +19,7 @@ never interrupted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -123,6 +124,7 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
+@functools.lru_cache(maxsize=8)
 def make_update(
     target: Target,
     sconf: SamplerConfig,
@@ -132,6 +134,7 @@ def make_update(
     """The jitted update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
 
     `objective` defaults to the one `tconf.objective` names; `elbo` is the batch's mean log weight.
+    Cached, so the repeats of a run and the seeds of a benchmark compile the update once.
 
     `lr_scale` multiplies Adam's step (it is halved by recoveries) and is a traced argument, so
     changing it does not recompile. A non-finite loss or gradient returns the inputs unchanged

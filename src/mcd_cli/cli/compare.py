@@ -30,6 +30,7 @@ from mcd_cli.cli.options import (
     RepeatsOpt,
     SamplesOpt,
     SeedOpt,
+    StrictOpt,
     TargetArg,
     X64Opt,
     _S,
@@ -109,6 +110,7 @@ def compare(
     config: ConfigOpt = None,
     json: JsonOpt = False,
     output: OutputOpt = None,
+    strict: StrictOpt = False,
     quiet: QuietOpt = False,
     x64: X64Opt = False,
     dry_run: DryRunOpt = False,
@@ -152,3 +154,4 @@ def compare(
         if not values.get("json"):
             report.stdout_console().print(report.compare_table(records))
         out.warn_after(records, values)
+        out.strict(values, records)

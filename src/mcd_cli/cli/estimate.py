@@ -34,6 +34,7 @@ from mcd_cli.cli.options import (
     Sampler,
     SamplesOpt,
     SeedOpt,
+    StrictOpt,
     TargetArg,
     X64Opt,
     DEFAULT_CHECKPOINT_EVERY,
@@ -107,6 +108,7 @@ def estimate(
     config: ConfigOpt = None,
     json: JsonOpt = False,
     output: OutputOpt = None,
+    strict: StrictOpt = False,
     quiet: QuietOpt = False,
     x64: X64Opt = False,
     dry_run: DryRunOpt = False,
@@ -130,6 +132,7 @@ def estimate(
             record = run.execute(plan, progress).as_dict()
         out.append(values, record)
         out.emit([record], values, report.estimate_table(record))
+        out.strict(values, [record])
 
 
 def _plan(values: dict) -> run.RunPlan:

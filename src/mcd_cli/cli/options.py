@@ -148,6 +148,14 @@ OutputOpt = Annotated[
         show_default=False, rich_help_panel=OUTPUT,
     ),
 ]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Exit with status 3 when an estimate's verdict is unreliable (after its record is written).",
+        rich_help_panel=OUTPUT,
+    ),
+]
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bars or warnings on stderr.", rich_help_panel=OUTPUT)
 ]

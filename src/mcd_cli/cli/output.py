@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from mcd_cli import checkpoint, report
+from mcd_cli.errors import Unreliable
 from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
 
 
@@ -30,6 +31,14 @@ def warn_after(records: list[dict], values: dict) -> None:
         for rec in records:
             for warning in report.warnings_for(rec):
                 print(warning, file=sys.stderr)
+
+
+def strict(values: dict, records: list[dict]) -> None:
+    """Under --strict, exit with status 3 when any record's verdict is unreliable (already written)."""
+    bad = [r for r in records if r.get("status") == "unreliable"]
+    if values.get("strict") and bad:
+        names = ", ".join(f"{r['label']} K={r['steps']}" for r in bad)
+        raise Unreliable(f"unreliable estimate under --strict ({names}): {bad[0]['advice']}")
 
 
 def warn_before(plans: list[RunPlan], values: dict) -> None:
