@@ -116,7 +116,11 @@ def find_model(module: ModuleType, model: Optional[str], display: str) -> Option
     if not hasattr(module, name):
         if model is None:
             return None
-        functions = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and not k.startswith("_"))
+        functions = sorted(
+            k
+            for k, v in vars(module).items()
+            if inspect.isfunction(v) and v.__module__ == module.__name__ and not k.startswith("_")
+        )
         found = f"; its functions: {', '.join(functions)}" if functions else ""
         raise TargetError(f"{display} defines no model function {name!r}{found}")
     fn = getattr(module, name)
@@ -413,6 +417,15 @@ def prior_draws(target: Union[Target, ModelDensity], key: jax.Array, num: int = 
         raise TargetError(f"target {name!r} is not a NumPyro model, so it has no prior to start from")
     if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 2:
         raise TargetError(f"the number of prior draws must be an integer of at least 2, got {num!r}")
+    return _prior_sampler(density)(jax.random.split(key, int(num)))
+
+
+@functools.lru_cache(maxsize=8)
+def _prior_sampler(density: ModelDensity) -> Callable[[jax.Array], jax.Array]:
+    """The compiled `keys (n,) -> unconstrained prior draws (n, d)` of a model.
+
+    Cached per model density, so repeated calls for one target compile once per number of draws.
+    """
     import_numpyro(density.model_name)
     from numpyro.handlers import seed, trace
     from numpyro.infer.util import unconstrain_fn
@@ -425,7 +438,7 @@ def prior_draws(target: Union[Target, ModelDensity], key: jax.Array, num: int = 
         unconstrained = unconstrain_fn(density.model, (), kwargs, latents)
         return ravel_pytree({name: unconstrained[name] for name in density.latent_shapes})[0]
 
-    return jax.jit(jax.vmap(one))(jax.random.split(key, int(num)))
+    return jax.jit(jax.vmap(one))
 
 
 def prior_initial(
