@@ -22,6 +22,7 @@ from scipy.special import logsumexp
 
 pytest.importorskip("numpyro")
 
+from conftest import one_line_error, records  # noqa: E402
 from mcd_cli import annealing, stats  # noqa: E402
 from mcd_cli.config import SamplerConfig  # noqa: E402
 from mcd_cli.targets import TargetError, load_target  # noqa: E402
@@ -364,6 +365,30 @@ def test_model_and_data_apply_to_model_files_only(tmp_path):
     assert "YAML target and takes no model name" in error_of("gauss_shift", model="m")
     plain = write(tmp_path, "plain.py", PLAIN_NORMAL_NORMAL)
     assert "defines log_density, not a NumPyro model, so it takes no data" in error_of(str(plain), data=data)
+
+
+def test_command_line_reports_bad_data_and_model_names(mcd, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("z\n1\n")
+    code, _, err = mcd(["estimate", example("beta_bernoulli"), "--data", bad, "--iterations", "0"])
+    assert code == 2 and "data name 'z' is not a keyword argument of the model" in one_line_error(err)
+    code, _, err = mcd(["estimate", example("beta_bernoulli"), "--model", "nope", "--iterations", "0"])
+    assert code == 2 and "defines no model function 'nope'" in one_line_error(err)
+
+
+@pytest.mark.slow
+def test_command_line_estimates_the_evidence_of_a_data_file(mcd, tmp_path):
+    from scipy.special import betaln
+
+    data = tmp_path / "flips.json"
+    data.write_text('{"y": [1, 1, 0, 1]}')
+    args = ["estimate", example("beta_bernoulli"), "--data", data, "--backward", "ais", "--iterations", "0"]
+    code, out, err = mcd(args + ["--steps", "128", "--samples", "4096", "--json", "-q"])
+    assert code == 0, err
+    (record,) = records(out)
+    assert record["reference_log_z"] == pytest.approx(betaln(5.0, 4.0) - betaln(2.0, 3.0), abs=1e-12)
+    assert abs(record["error"]) < 4 * record["log_z_stderr"] + FLOAT_ATOL, record
+    assert record["target_params"]["data"]["y"].startswith("int64[4] sha256:")
 
 
 # What a target cannot represent.
