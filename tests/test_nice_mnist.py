@@ -117,7 +117,7 @@ def _fitted_gaussian(key, params, dim, num=20_000):
     return jnp.asarray(xs.mean(0), jnp.float32), jnp.asarray(np.linalg.cholesky(np.cov(xs.T)), jnp.float32)
 
 
-def _smc_log_z(key, log_p, mean, chol, particles=1024, moves=10, target_ess=0.5):
+def _smc_log_z(key, log_p, mean, chol, particles=1024, moves=10, target_ess=0.8):
     """Adaptive tempered SMC from N(mean, LLᵀ) to `log_p`, with preconditioned MALA moves.
 
     It uses only the unnormalised log density (never the flow's inverse or log-determinant), so
