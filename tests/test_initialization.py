@@ -53,8 +53,9 @@ def ais_estimate(target: Target, step_sizes, key, steps: int, num: int):
 
     config = SamplerConfig(sampler="ula", backward="ais", steps=steps)
     params = annealing.init_params(jax.random.key(0), target, config)
-    if step_sizes is not None:
-        params = params._replace(path=params.path._replace(step_size=init.step_size_params(step_sizes)))
+    # The fixed 0.05 goes through the same parameterisation, so both runs share one compilation.
+    sizes = np.full(steps, config.init_step_size) if step_sizes is None else step_sizes
+    params = params._replace(path=params.path._replace(step_size=init.step_size_params(sizes)))
     log_w = annealing.sample_log_weights(key, params, target, config, num_samples=num, chunk_size=num)
     return log_w, stats
 
@@ -212,18 +213,16 @@ def test_fit_initial_target_and_auto_with_a_declared_distribution():
 def test_apply_initial_diagonal_full_and_preconditioned():
     mean, cov = correlated(d=2, seed=5)
     target = gaussian_target(mean, cov)
-    diag = init.laplace(target, restarts=0)
+    diag = init.Gaussian(mean, 1 / np.sqrt(np.diag(np.linalg.inv(cov))))
+    full = init.Gaussian(mean, np.sqrt(np.diag(cov)), np.linalg.cholesky(cov))
     applied = init.apply_initial(target, diag)
-    np.testing.assert_allclose(applied.initial_scale, diag.gaussian.scale)
+    np.testing.assert_allclose(applied.initial_scale, diag.scale)
     x = jnp.array([0.3, -0.2])
     assert float(applied.log_density(x)) == float(target.log_density(x))
-    full_fit = init.laplace(target, cov="full", restarts=0)
-    full = init.apply_initial(target, full_fit)
-    pre = init.apply_initial(target, diag, precondition=True)
-    for white, factor in ((full, full_fit.gaussian.chol), (pre, np.diag(diag.gaussian.scale))):
+    for white in (init.apply_initial(target, full), init.apply_initial(target, diag, precondition=True)):
         np.testing.assert_array_equal(white.initial_scale, 1.0)
-        mode = np.linalg.solve(factor, mean - diag.gaussian.mean)
-        assert abs(gaussian_log_z(white, mode) - target.log_z) < 1e-4
+        # The Gaussian's mean maps to u = 0, the whitened mode.
+        assert abs(gaussian_log_z(white, np.zeros(2)) - target.log_z) < 1e-4
 
 
 # ------------------------------------------------------------------------------------------------
@@ -244,8 +243,6 @@ def test_pilot_step_sizes_follow_the_curvature_and_respect_the_cap():
     # Curvature of γ_k = β_k / 0.02² + (1 − β_k): δ_k = 0.5 / curvature (exact for a Gaussian).
     curvature = betas[1:] / 0.02**2 + (1 - betas[1:])
     np.testing.assert_allclose(deltas, np.minimum(0.25, 0.5 / curvature), rtol=1e-3)
-    wide = Target.create(lambda x: jnp.sum(norm.logpdf(x, 0.0, 10.0)), dim=3)
-    np.testing.assert_array_equal(init.pilot_step_sizes(wide, betas, key=jax.random.key(0)), 0.25)
     with pytest.raises(ValueError, match="safety must lie in"):
         init.pilot_step_sizes(target, betas, key=jax.random.key(0), safety=2.5)
 
@@ -261,7 +258,7 @@ def test_pilot_step_sizes_keep_ais_finite_and_accurate_where_the_fixed_step_dive
     # Declared start N(0, 0.1² I): 5 times wider than the target, a gap that 64 linear steps can
     # anneal across; from N(0, I) the weights stay finite but 64 linear steps are too few.
     target = narrow_gaussian(scale=0.02, initial_scale=0.1)
-    steps, num = 64, 2048
+    steps, num = 64, 1024
     betas = np.asarray(schedules.betas(None, steps))
     fixed, stats = ais_estimate(target, None, jax.random.key(1), steps, num)
     # 0.05 × curvature 2500 ≫ 2: every trajectory blows up (NaN/inf weights) or is hopelessly off.

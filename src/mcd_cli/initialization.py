@@ -48,10 +48,12 @@ Example:
     >>> import jax, jax.numpy as jnp
     >>> from mcd_cli.targets import Target
     >>> t = Target.create(lambda x: -0.5 * jnp.sum(((x - 1.0) / 0.1) ** 2), dim=3)
-    >>> fit = laplace(t, restarts=0)
-    >>> fit.converged, [round(float(v), 3) for v in fit.gaussian.scale]
-    (True, [0.1, 0.1, 0.1])
-    >>> started = apply_initial(t, fit)  # same density, π0 = N(1, 0.1² I)
+    >>> fitted = Gaussian(np.ones(3), np.full(3, 0.1))  # what laplace(t).gaussian finds
+    >>> apply_initial(t, fitted).initial_scale  # same density, π0 = N(1, 0.1² I)
+    array([0.1, 0.1, 0.1])
+    >>> white = apply_initial(t, fitted, precondition=True)  # x = 1 + 0.1 u: N(0, I) times Z
+    >>> round(float(white.log_density(jnp.zeros(3)) - t.log_density(jnp.ones(3))), 4)  # log|det L|
+    -6.9078
 """
 
 from __future__ import annotations
