@@ -210,7 +210,7 @@ def test_degenerate_weights_are_unreliable(spread):
     # Each of the three checks fires on its own.
     text = " | ".join(e.reasons)
     assert "Pareto k̂" in text and "ESS 1.0 of 16384, below 10" in text and "exceeds the ELBO" in text
-    assert "--resample" in stats.advice(e)
+    assert "--iterations" in stats.advice(e)
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,10 +322,10 @@ def test_property_pareto_weights(shape, n, seed):
     e = stats.summarize(-np.log(np.random.default_rng(seed).uniform(size=n)) / shape)
     _check(e)
     if shape <= 0.5 and n >= 300:
-        # k ≥ 2: k̂ never reached 0.7 in 1000 runs at α = 0.5, N = 300 (measured).
+        # k ≥ 2: none of 1000 runs at α = 0.5, N = 300 was trusted (benchmarks/stats_calibration.py).
         assert not e.trustworthy, e
-    # Closer to α = 1 the fit's own noise lets some runs through (measured over 1000 runs at
-    # N = 2000: 1.4 % at α = 0.9, 4.3 % at α = 0.99, nearly all "warn"); see the next test.
+    # Closer to α = 1 the fit's own noise lets some runs through (over 1000 runs at N = 2000:
+    # 1.4 % at α = 0.9, 4.3 % at α = 0.99, nearly all "warn"; benchmarks/stats_calibration.py).
 
 
 def test_pareto_weights_near_one_are_rarely_trusted():
@@ -426,7 +426,7 @@ def test_repeats_that_scatter_far_more_than_claimed_are_unreliable():
     assert c.log_z_stderr is None and c.log_z_stderr_method == "none"
     assert c.replicate_stderr > 50 * c.delta_stderr
     assert "scatter more" in c.reasons[-1]
-    assert "--resample" in stats.advice(c)
+    assert "--iterations" in stats.advice(c)
 
 
 def test_identical_repeats_disagree_the_other_way():
