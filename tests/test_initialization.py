@@ -322,11 +322,16 @@ def test_brownian_motion_target_matches_its_reference():
 
 
 @pytest.mark.slow
-def test_on_the_brownian_motion_laplace_warns_and_vi_is_close():
+def test_on_the_brownian_motion_laplace_warns_and_vi_preconditioned_ais_is_within_a_nat():
     target = load_target("brownian_motion")
     lap = init.laplace(target, key=jax.random.key(0))
     assert lap.warnings, "the mode sits in a funnel: the Laplace fit must not pass silently"
     fit = init.vi(target, jax.random.key(0))
-    # The mean-field ELBO is a lower bound within a few nats; the importance-sampling check is closer.
-    assert target.log_z - 5.0 < fit.log_z < target.log_z + 0.1
-    assert abs(fit.check.log_z - target.log_z) < 1.0
+    # The ELBO is a lower bound (up to its Monte Carlo error), a few nats below for a funnel.
+    assert target.log_z - 8.0 < fit.log_z < target.log_z + 0.1
+    white = init.apply_initial(target, fit, precondition=True)
+    steps = 64
+    deltas = init.pilot_step_sizes(white, np.asarray(schedules.betas(None, steps)), key=jax.random.key(1))
+    log_w, stats = ais_estimate(white, deltas, jax.random.key(2), steps, 4096)
+    est = stats.summarize(log_w)
+    assert np.all(np.isfinite(log_w)) and abs(est.log_z - target.log_z) < 1.0, est

@@ -14,7 +14,9 @@ approximation, an importance-sampling check of the Gaussian as a proposal, and w
   one Hessian-vector product per coordinate) or the full matrix (`cov="full"`, `jax.hessian`, for d
   up to a few hundred). Converged means the Newton decrement `gᵀ H⁻¹ g` at the end is below 1e-2.
 - `vi(target, key)`: a mean-field Gaussian maximising the ELBO `E_q[log γ] + H(q)` with
-  reparameterised draws and Adam, from `restarts` starting means at once (vmapped).
+  reparameterised draws and Adam (2000 steps of 16 draws, rate 0.1 decaying to 0.001: fewer
+  steps stop well short of the optimum on stiff posteriors), from `restarts` starting means at
+  once (vmapped). A few seconds at d = 32 on a CPU.
 - `fit_initial(target, key, method)`: `"target"` (the declared distribution), `"laplace"`, `"vi"`,
   or `"auto"`: the declared distribution when the target sets one explicitly, otherwise VI from
   several starts, and when these land on different modes, one Gaussian matching the mixture of the
@@ -522,9 +524,9 @@ def vi(
     target: Target,
     key: jax.Array,
     *,
-    steps: int = 500,
+    steps: int = 2000,
     num_samples: int = 16,
-    learning_rate: float = 0.05,
+    learning_rate: float = 0.1,
     restarts: int = 0,
     check_samples: int = 2048,
 ) -> InitFit:
@@ -569,7 +571,7 @@ def fit_initial(
     explicit_initial: bool = False,
     cov: str = "diag",
     restarts: int = 4,
-    vi_steps: int = 500,
+    vi_steps: int = 2000,
     max_steps: int = 500,
     check_samples: int = 2048,
 ) -> InitFit:
@@ -599,7 +601,7 @@ def fit_initial(
     if method == "vi":
         return vi(target, k_fit, steps=vi_steps, restarts=restarts, check_samples=check_samples)
     k_runs, k_best = jax.random.split(k_fit)
-    runs = _vi_runs(target, k_runs, int(vi_steps), 16, 0.05, int(restarts))
+    runs = _vi_runs(target, k_runs, int(vi_steps), 16, 0.1, int(restarts))
     best = _vi_fit(target, runs, k_best, check_samples)
     if best.modes == 1:
         return best._replace(method="auto:vi")
