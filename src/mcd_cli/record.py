@@ -41,8 +41,8 @@ def finite(value: Any) -> Optional[float]:
 class TargetInfo:
     """What identifies a target: its name and parameters, how it was named, and its content.
 
-    `sha256` hashes the target file's bytes (or the YAML read from stdin) together with the
-    parameters, so two records with the same hash were computed on the same density.
+    `sha256` hashes the target file's bytes (or the YAML read from stdin), the --data file's bytes
+    and the parameters, so two records with the same hash were computed on the same density.
     """
 
     name: str
@@ -52,10 +52,23 @@ class TargetInfo:
     path: Optional[str]
     sha256: str
     log_z: Optional[float]
+    args: Optional[dict] = None
+    model: Optional[str] = None
+    data: Optional[str] = None
 
     @classmethod
-    def of(cls, target: Any, spec: Optional[str] = None, text: Optional[str] = None) -> "TargetInfo":
-        """The identity of `target`, named `spec` on the command line; `text`: its stdin content."""
+    def of(
+        cls,
+        target: Any,
+        spec: Optional[str] = None,
+        text: Optional[str] = None,
+        args: Optional[dict] = None,
+        model: Optional[str] = None,
+        data: Optional[str] = None,
+    ) -> "TargetInfo":
+        """The identity of `target`, named `spec` on the command line; `text`: its stdin content;
+        `args`, `model`, `data`: the --param values, --model name and --data file it was loaded
+        with (None: not recorded; the config then names the target's own parameters)."""
         params = json_ready(dict(target.params))
         digest = hashlib.sha256()
         source = str(getattr(target, "source", "") or "")
@@ -66,6 +79,8 @@ class TargetInfo:
             digest.update(path.read_bytes())
         else:
             digest.update(f"{target.name}:{target.dim}:{source}".encode())
+        if data is not None and Path(data).is_file():
+            digest.update(Path(data).read_bytes())
         digest.update(json.dumps(params, sort_keys=True).encode())
         return cls(
             name=str(target.name),
@@ -75,6 +90,9 @@ class TargetInfo:
             path=str(path) if path is not None else (source or None),
             sha256=digest.hexdigest(),
             log_z=finite(target.log_z),
+            args=json_ready(dict(args)) if args is not None else None,
+            model=model,
+            data=data,
         )
 
 
@@ -151,7 +169,9 @@ class RunRecord:
 
     def config(self) -> dict:
         """Every setting of the run, keyed as `--config` accepts them (reproduces the run)."""
-        out: dict = {"target": self.target.spec or self.target.path, "param": self.target.params}
+        param = self.target.args if self.target.args is not None else self.target.params
+        out: dict = {"target": self.target.spec or self.target.path, "param": param}
+        out.update({k: v for k, v in (("model", self.target.model), ("data", self.target.data)) if v is not None})
         out.update(dataclasses.asdict(self.sampler))
         out.update(dataclasses.asdict(self.training))
         out.update(samples=self.num_samples, seed=self.seed, repeats=self.repeats, x64=self.x64)

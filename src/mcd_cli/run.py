@@ -72,8 +72,12 @@ class RunPlan:
     checkpoint_every: int = 0
     resume: bool = False
     x64: bool = False
+    saved: Optional[SavedRun] = None  # `read_saved(load, target)`, when the caller has read it
     target_spec: Optional[str] = None  # how the target was named (a path, a bundled name, "-")
     target_text: Optional[str] = None  # the YAML text, when it was read from stdin
+    target_args: Optional[dict] = None  # the --param values the target was loaded with
+    target_model: Optional[str] = None  # the NumPyro model's name (--model)
+    target_data: Optional[str] = None  # the --data file bound to the target's data arguments
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
@@ -84,6 +88,22 @@ def version() -> str:
     from mcd_cli import __version__
 
     return __version__
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedRun:
+    """What a --save file says about the run that wrote it (read once, checked against the target)."""
+
+    path: Path
+    meta: dict
+    sconf: SamplerConfig
+
+
+def read_saved(path: Path, target: Any) -> SavedRun:
+    """Reads a parameter file's settings and checks it was fitted to `target` (one-line errors)."""
+    meta = checkpoint.read_meta(path)
+    checkpoint.check_target(meta, target, str(path))
+    return SavedRun(Path(path), meta, sampler_config_from_file(meta, path))
 
 
 def sampler_config_from_file(meta: dict, path: Path) -> SamplerConfig:
@@ -273,9 +293,8 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
     if plan.save is not None:
         checkpoint.ensure_writable(plan.save, "--save file")
     if plan.load is not None:
-        meta = checkpoint.read_meta(plan.load)
-        checkpoint.check_target(meta, plan.target, str(plan.load))
-        differences = checkpoint.config_differences(meta.get("sampler_config", {}), plan.sconf)
+        saved = plan.saved if plan.saved is not None else read_saved(plan.load, plan.target)
+        differences = checkpoint.config_differences(saved.meta.get("sampler_config", {}), plan.sconf)
         if differences:
             raise checkpoint.CheckpointError(
                 f"'{plan.load}' was trained with {', '.join(differences[:3])}; drop those options "
@@ -438,7 +457,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
             )
         totals.estimates.append(est)
     return RunRecord(
-        target=TargetInfo.of(target, plan.target_spec, plan.target_text),
+        target=TargetInfo.of(target, plan.target_spec, plan.target_text, plan.target_args, plan.target_model, plan.target_data),
         sampler=s,
         training=t,
         combined=combine_estimates(totals.estimates),

@@ -7,7 +7,7 @@ import json as jsonlib
 from mcd_cli import report
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
-from mcd_cli.cli.options import DebugOpt, JsonOpt, ParamOpt, TargetArg, X64Opt
+from mcd_cli.cli.options import DataOpt, DebugOpt, JsonOpt, ModelOpt, ParamOpt, TargetArg, X64Opt
 from mcd_cli.errors import RunFailed
 from mcd_cli.record import finite
 
@@ -16,6 +16,8 @@ from mcd_cli.record import finite
 def check(
     target: TargetArg = None,
     param: ParamOpt = None,
+    model: ModelOpt = None,
+    data: DataOpt = None,
     json: JsonOpt = False,
     x64: X64Opt = False,
     debug: DebugOpt = False,
@@ -27,7 +29,7 @@ def check(
     from mcd_cli.targets import check as check_target
 
     with settings.precision(x64):
-        target_obj = settings.load_target(target, settings.parse_params(param)).target
+        target_obj = settings.load_target(target, settings.parse_params(param), model, data).target
         result = check_target(target_obj)
     if json:
         data = result.as_dict()

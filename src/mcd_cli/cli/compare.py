@@ -24,6 +24,8 @@ from mcd_cli.cli.options import (
     LrOpt,
     OutputOpt,
     ParamOpt,
+    ModelOpt,
+    DataOpt,
     PresetOpt,
     QuietOpt,
     RematOpt,
@@ -76,6 +78,8 @@ def compare(
     ctx: typer.Context,
     target: TargetArg = None,
     param: ParamOpt = None,
+    model: ModelOpt = None,
+    data: DataOpt = None,
     sampler: Annotated[
         Optional[str],
         typer.Option(
@@ -128,7 +132,7 @@ def compare(
     steps_list = _split(values.get("steps"), "steps", _steps_value, "positive integers")
     settings.positive(values, "batch_size", "samples", "repeats", "hidden")
     with settings.precision(bool(values["x64"])):
-        loaded = settings.load_target(values.get("target"), values["param"])
+        loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
         plans = []
         for s in forwards:
             for b in backwards:

@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from mcd_cli import checkpoint as files
 from mcd_cli import report, run
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
@@ -27,6 +26,8 @@ from mcd_cli.cli.options import (
     LrOpt,
     OutputOpt,
     ParamOpt,
+    ModelOpt,
+    DataOpt,
     PresetOpt,
     QuietOpt,
     RematOpt,
@@ -48,6 +49,8 @@ def estimate(
     ctx: typer.Context,
     target: TargetArg = None,
     param: ParamOpt = None,
+    model: ModelOpt = None,
+    data: DataOpt = None,
     sampler: Annotated[
         Optional[Sampler],
         typer.Option(
@@ -137,14 +140,13 @@ def estimate(
 
 def _plan(values: dict) -> run.RunPlan:
     settings.positive(values, "steps", "batch_size", "samples", "repeats", "hidden")
-    loaded = settings.load_target(values.get("target"), values["param"])
+    loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
+    saved = None
     if values.get("load") is not None:
-        meta = files.read_meta(values["load"])
-        files.check_target(meta, loaded.target, str(values["load"]))
-        saved = run.sampler_config_from_file(meta, values["load"])
+        saved = run.read_saved(values["load"], loaded.target)
         for name in settings.SAMPLER_FIELDS:
             if values.get(name) is None:
-                values[name] = getattr(saved, name)
+                values[name] = getattr(saved.sconf, name)
     sconf, tconf = settings.build_configs(values, loaded.target.dim)
     return settings.run_plan(
         loaded,
@@ -152,6 +154,7 @@ def _plan(values: dict) -> run.RunPlan:
         tconf,
         values,
         load=values.get("load"),
+        saved=saved,
         save=values.get("save"),
         checkpoint_dir=values.get("checkpoint"),
         checkpoint_every=settings.checkpoint_every(values),

@@ -43,6 +43,22 @@ ParamOpt = Annotated[
         show_default=False, rich_help_panel=TARGET,
     ),
 ]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model", help="The NumPyro model function in a .py target file. (default: model)",
+        show_default=False, rich_help_panel=TARGET,
+    ),
+]
+DataOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--data",
+        help="Named arrays (.npz, .csv with a header row, or .json) bound to the target's data "
+        "arguments by name: a NumPyro model's keyword arguments.",
+        show_default=False, rich_help_panel=TARGET,
+    ),
+]
 
 # Sampler ------------------------------------------------------------------------------------
 HiddenOpt = Annotated[

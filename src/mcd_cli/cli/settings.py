@@ -160,11 +160,17 @@ class LoadedTarget:
     target: Any
     spec: str
     text: Optional[str] = None  # the YAML read from stdin
+    args: Optional[dict] = None  # --param
+    model: Optional[str] = None  # --model
+    data: Optional[Path] = None  # --data
 
 
-def load_target(spec: Optional[str], params: dict) -> LoadedTarget:
-    """A `Target` from a path, a bundled name or '-' (stdin)."""
+def load_target(
+    spec: Optional[str], params: dict, model: Optional[str] = None, data: Optional[Path] = None
+) -> LoadedTarget:
+    """A `Target` from a path, a bundled name or '-' (stdin); `data` is a --data file."""
     from mcd_cli.targets import load_target as _load
+    from mcd_cli.targets.datafile import read_data
 
     if not spec:
         raise UsageError(
@@ -176,12 +182,13 @@ def load_target(spec: Optional[str], params: dict) -> LoadedTarget:
         if not stdin_text.strip():
             raise UsageError("TARGET is '-' but stdin is empty; pipe a YAML target into mcd")
     try:
-        target = _load(spec, params, stdin_text=stdin_text)
+        arrays = read_data(data) if data is not None else None
+        target = _load(spec, params, stdin_text=stdin_text, model=model, data=arrays)
     except MemoryError:
         raise UsageError(f"not enough memory to build target '{spec}' with {params}; use a smaller dimension") from None
     except RecursionError:
         raise UsageError(f"target '{spec}' is nested too deeply to read; simplify it") from None
-    return LoadedTarget(target, spec, stdin_text)
+    return LoadedTarget(target, spec, stdin_text, dict(params), model, data)
 
 
 def positive(values: dict, *names: str) -> None:
@@ -209,6 +216,9 @@ def run_plan(loaded: LoadedTarget, sconf: SamplerConfig, tconf: TrainConfig, val
         x64=bool(values["x64"]),
         target_spec=loaded.spec,
         target_text=loaded.text,
+        target_args=loaded.args,
+        target_model=loaded.model,
+        target_data=str(loaded.data) if loaded.data is not None else None,
         **extra,
     )
 

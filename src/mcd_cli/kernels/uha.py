@@ -36,6 +36,7 @@ class UHAResolved(NamedTuple):
     mass_sd: jax.Array  # √M
     refresh_sd: jax.Array  # √((1 − h²) M)
     log_refresh_sd: jax.Array  # Σ log refresh_sd
+    score_scale: jax.Array  # −2 log(h) h M: how a learned correction enters the reversal's mean
 
 
 class UHAState(NamedTuple):
@@ -86,7 +87,9 @@ def prepare(params: UHAParams, dim: int) -> UHAResolved:
     mass = schedules.mass(params.mass, dim)
     mass_sd = jnp.sqrt(mass)
     refresh_sd = jnp.sqrt(1.0 - h**2) * mass_sd
-    return UHAResolved(h, mass, mass_sd, refresh_sd, jnp.sum(jnp.log(refresh_sd)))
+    return UHAResolved(
+        h, mass, mass_sd, refresh_sd, jnp.sum(jnp.log(refresh_sd)), -2.0 * jnp.log(h) * h * mass
+    )
 
 
 def init(key, x0, log_target0, target_grad0, r: UHAResolved):
@@ -107,7 +110,7 @@ def step(key, state: UHAState, step, path, r: UHAResolved, evaluate):
         mean=r.damping * p_refreshed,
         scale=r.refresh_sd,
         score_input=jnp.concatenate([x, p_refreshed]),
-        score_scale=-2.0 * jnp.log(r.damping) * r.damping * r.mass,
+        score_scale=r.score_scale,
     )
 
     def grad_fn(x_new):
