@@ -10,9 +10,8 @@ Public names:
 """
 
 from mcd_cli.targets.base import Target, TargetError
-from mcd_cli.targets.bundled import bundled_targets
 from mcd_cli.targets.check import CheckReport, check
 from mcd_cli.targets.families import FAMILIES
-from mcd_cli.targets.loading import load_target
+from mcd_cli.targets.loading import bundled_targets, load_target
 
 __all__ = ["Target", "TargetError", "load_target", "bundled_targets", "check", "CheckReport", "FAMILIES"]

@@ -38,32 +38,3 @@ def bundled_files() -> dict[str, Path]:
 def find_bundled(name: str) -> Optional[Path]:
     """The path of the bundled target called `name`, or None."""
     return bundled_files().get(name)
-
-
-def bundled_targets() -> list[dict]:
-    """Describes every bundled target, loaded with its default parameters.
-
-    Returns:
-        One dict per target with keys `name`, `dim`, `log_z` (None when unknown), `description`,
-        `path`, sorted by name.
-
-    Example:
-        >>> names = [t["name"] for t in bundled_targets()]
-        >>> "gmm8" in names
-        True
-    """
-    from mcd_cli.targets.loading import load_target
-
-    out = []
-    for name, path in bundled_files().items():
-        target = load_target(str(path))
-        out.append(
-            {
-                "name": name,
-                "dim": target.dim,
-                "log_z": target.log_z,
-                "description": target.description,
-                "path": str(path),
-            }
-        )
-    return out

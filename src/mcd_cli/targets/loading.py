@@ -121,3 +121,30 @@ def load_target(
             f"no target file or bundled target named {spec!r}; give a .py or .yaml path, or one of: {names}"
         )
     return _load_file(bundled, params, bundled.name, model, data)
+
+
+def bundled_targets() -> list[dict]:
+    """Describes every bundled target, loaded with its default parameters.
+
+    Returns:
+        One dict per target with keys `name`, `dim`, `log_z` (None when unknown), `description`,
+        `path`, sorted by name.
+
+    Example:
+        >>> names = [t["name"] for t in bundled_targets()]
+        >>> "gmm8" in names
+        True
+    """
+    out = []
+    for name, path in bundled_files().items():
+        target = load_target(str(path))
+        out.append(
+            {
+                "name": name,
+                "dim": target.dim,
+                "log_z": target.log_z,
+                "description": target.description,
+                "path": str(path),
+            }
+        )
+    return out
