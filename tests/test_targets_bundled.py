@@ -29,6 +29,9 @@ EXPECTED = {
     "many_well": (32, pytest.approx(164.6956753, abs=1e-6), 1.0),
     "nice_flow": (16, 0.0, 1.0),
     "longley_linreg": (7, pytest.approx(-14.48387, abs=1e-4), 1.0),
+    "diabetes_linreg": (10, pytest.approx(-496.5845444, abs=1e-6), 1.0),
+    "brownian_motion": (32, pytest.approx(1.1877491, abs=1e-6), 1.0),
+    "nice_mnist": (49, 0.0, 1.0),
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from mcd_cli.checkpoint import json_ready
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.stats import PARETO_K_BAD, Combined, Estimate, advice
+from mcd_cli.stats import Combined, Estimate, advice, pareto_k_limit
 
 SCHEMA_VERSION = 2
 
@@ -211,7 +211,8 @@ class RunRecord:
             "ess": finite(ess),
             "ess_per_sample": finite(ess / n) if n else None,
             "pareto_k": finite(k),
-            "pareto_k_ok": bool(k <= PARETO_K_BAD),
+            "pareto_tail": k != -math.inf,
+            "pareto_k_ok": bool(k <= pareto_k_limit(n)),
             "num_samples": n,
             "nonfinite_weights": int(sum(e.num_nonfinite for e in self.estimates)),
             "reference_log_z": self.target.log_z,

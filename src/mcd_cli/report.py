@@ -148,7 +148,7 @@ def estimate_table(rec: dict) -> Table:
         "ESS",
         "—" if ess is None else f"{ess:.1f} of {rec['num_samples']}  (ESS/N = {rec['ess_per_sample']:.3f})",
     )
-    table.add_row("Pareto k̂", fmt_pareto(rec["pareto_k"]))
+    table.add_row("Pareto k̂", fmt_pareto(rec["pareto_k"]) if rec.get("pareto_tail", True) else Text("— (no tail: the largest weights are equal)", style="green"))
     if rec["loaded_from"]:
         training = f"loaded from {rec['loaded_from']}"
     else:
