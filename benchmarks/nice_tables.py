@@ -76,6 +76,11 @@ def mean_se(values: list[float]) -> str:
     return f"{m:.3g} ± {se:.2g}"
 
 
+def _se(value) -> str:
+    """A run's standard error; the tool leaves it out (None) when k̂ says it is meaningless."""
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def render(data: dict) -> str:
     """The markdown table: |log Ẑ| per size and estimator, ours beside the paper's."""
     settings = data["settings"]
@@ -89,7 +94,7 @@ def render(data: dict) -> str:
         f"JAX {machine.get('jax', '?')} ({machine.get('backend', '?')}), load average at start "
         f"{', '.join(f'{x:.1f}' for x in machine.get('load_average_at_start') or [])}. "
         "k̂ is the Pareto diagnostic of the importance weights (above 0.7 the standard error is "
-        "not trustworthy). The paper reports one MCD column; both MCD rows sit beside it.", "",
+        "not trustworthy; n/a: the tool withheld it). The paper reports one MCD column; both MCD rows sit beside it.", "",
         "| size (d) | estimator | ours: abs(log Ẑ) | n | failed | per seed: log Ẑ ± its standard error (k̂) "
         "| ELBO | mean seconds | paper |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -104,7 +109,7 @@ def render(data: dict) -> str:
             secs = [r["seconds"] for r in runs if "seconds" in r]
             paper = PAPER.get(size, {}).get("mcd" if est.endswith("mcd") else est)
             per_seed = "; ".join(
-                f"{r['log_z']:.3f} ± {r['log_z_stderr']:.3f} ({r['result']['pareto_k']:.2f})" for r in ok
+                f"{r['log_z']:.3f} ± {_se(r['log_z_stderr'])} ({r['result']['pareto_k']:.2f})" for r in ok
             )
             elbo = mean_se([r["result"]["elbo"] for r in ok]).replace(" (1 seed)", "")
             lines.append(
