@@ -94,7 +94,8 @@ def render(data: dict) -> str:
         f"JAX {machine.get('jax', '?')} ({machine.get('backend', '?')}), load average at start "
         f"{', '.join(f'{x:.1f}' for x in machine.get('load_average_at_start') or [])}. "
         "k̂ is the Pareto diagnostic of the importance weights (above 0.7 the standard error is "
-        "not trustworthy; n/a: the tool withheld it). The paper reports one MCD column; both MCD rows sit beside it.", "",
+        "not trustworthy; n/a: the tool withheld it). The paper reports one MCD column; both MCD "
+        "rows sit beside it.", "",
         "| size (d) | estimator | ours: abs(log Ẑ) | n | failed | per seed: log Ẑ ± its standard error (k̂) "
         "| ELBO | mean seconds | paper |",
         "|---|---|---|---|---|---|---|---|---|",

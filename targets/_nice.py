@@ -8,9 +8,10 @@ Shared by the bundled target `nice_mnist.py` and the training script
 1. downsample to `size` × `size` (7, 14 or 28) by averaging non-overlapping blocks of
    (28 / size)² pixels and rounding to the nearest grey level (uint8 again);
 2. dequantise: `v = (g + u) / 256` with `u ~ U(0, 1)` per pixel, so `v ∈ (0, 1)` has a density;
-3. logit: `y = logit(α + (1 − 2α) v)` with `α = 10⁻⁶` (as MAF on MNIST, Papamakarios et al. 2017), so `y ∈ (−13.8, 13.8)`;
-   a blank pixel's `y` spreads over about one unit (the logit of `u / 256`), which keeps the
-   density smooth enough for Langevin steps (α = 0.05 would squeeze it into a 0.07-wide box);
+3. logit: `y = logit(α + (1 − 2α) v)` with `α = 10⁻⁶` (as MAF on MNIST, Papamakarios et al.
+   2017), so `y ∈ (−13.8, 13.8)`; a blank pixel's `y` spreads over about one unit (the logit
+   of `u / 256`), which keeps the density smooth enough for Langevin steps (α = 0.05 would
+   squeeze it into a 0.07-wide box);
 4. standardise: `x = (y − m) / s` with each pixel's mean `m` and standard deviation `s` over the
    training images (one dequantisation draw, seed 0), stored in the weights file.
 

@@ -92,7 +92,8 @@ def test_weights_record_the_training_command_and_test_likelihood():
     for size in (7, 14):
         _, arrays = _nice.load_flow(size)
         record = json.loads(str(arrays["record"]))
-        assert record["size"] == size and record["command"].startswith("python targets/data/train_nice_mnist.py")
+        assert record["size"] == size
+        assert record["command"].startswith("python targets/data/train_nice_mnist.py")
         assert np.isfinite(record["final_test_ll"])
         assert arrays["mean"].shape == arrays["std"].shape == (size * size,)
 
