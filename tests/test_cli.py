@@ -113,9 +113,12 @@ def test_bundled_name_with_param_and_stdin_target(mcd):
 
 
 def test_repeats_report_mean_and_standard_error(mcd, gauss_yaml):
-    code, out, err = mcd(["estimate", gauss_yaml, *NO_TRAIN, "--repeats", "3", "--json"])
+    # Enough steps and samples for a trustworthy verdict: an unreliable one withholds the SE.
+    settings = ["--steps", "8", "--samples", "1024", "--backward", "ais", "--iterations", "0"]
+    code, out, err = mcd(["estimate", gauss_yaml, *settings, "--repeats", "3", "--json"])
     assert code == 0, err
     (rec,) = records(out)
+    assert rec["status"] != "unreliable", rec["reasons"]
     values = rec["log_z_repeats"]
     assert len(values) == 3 and len(set(values)) == 3
     assert rec["log_z"] == pytest.approx(sum(values) / 3)

@@ -4,6 +4,7 @@ hostile input (property-based) and concurrent writers."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -63,7 +64,9 @@ def test_skipped_updates_and_nonfinite_weights_are_reported(mcd, tmp_path):
     assert rec["skipped_steps"] > 0 and rec["nonfinite_weights"] > 0
     assert rec["log_z"] is not None and rec["recoveries"] == 0
     assert "NaN or +inf" in err
-    assert "skipped" in out and "non-finite" in out and "nan" not in out.lower()
+    # The diagnostics may name NaN weights; no number is ever printed as NaN.
+    assert "skipped" in out and "non-finite" in out
+    assert not re.search(r"(?<![a-z])nan(?! or \+inf)", out.lower()), out
 
 
 # --------------------------------------------------------------------------------------------
