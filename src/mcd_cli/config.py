@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 
-MAX_DEFAULT_HIDDEN = 512  # the paper's width
+MAX_DEFAULT_HIDDEN = 512
+INIT_METHODS = ("target", "laplace", "vi", "prior")  # the paper's width
 
 
 def hidden_for(dim: int) -> int:
@@ -44,6 +45,10 @@ class SamplerConfig:
         max_step_size: upper bound of the learned step sizes (the paper's 0.25).
         init_damping: initial momentum damping h ∈ (0.01, 0.99) (UHA only).
         remat: rematerialise the scan over steps in nested segments (memory O(√K) when training).
+        init: the initial distribution π0: "target" (the target's declared one), "laplace" (a
+            Gaussian at the mode), "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a
+            NumPyro model's prior, mapped to the unconstrained space); fitted once per run.
+        init_cov: "diag" or "full" (Laplace only: a full covariance, applied by whitening the target).
     """
 
     sampler: str = "ula"
@@ -59,6 +64,8 @@ class SamplerConfig:
     max_step_size: float = 0.25
     init_damping: float = 0.9
     remat: bool = False
+    init: str = "target"
+    init_cov: str = "diag"
 
     def __post_init__(self):
         from mcd_cli.kernels import registry  # the registry imports this module's users
@@ -72,6 +79,10 @@ class SamplerConfig:
             )
         if not 0.01 < self.init_damping < 0.99:
             raise ValueError(f"init_damping must lie in (0.01, 0.99), got {self.init_damping}")
+        if self.init not in INIT_METHODS:
+            raise ValueError(f"init must be one of {', '.join(INIT_METHODS)}, got {self.init!r}")
+        if self.init_cov not in ("diag", "full"):
+            raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
         for name in ("hidden", "time_dim", "blocks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

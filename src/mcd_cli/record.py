@@ -122,6 +122,7 @@ class RunRecord:
     device: str
     version: str
     loaded_from: Optional[str] = None
+    init_warnings: tuple = ()  # what the initial-distribution fit warned about
     elbo_history: tuple = ()  # per repeat: the training ELBO of every iteration run (NaN if skipped)
 
     @property
@@ -226,6 +227,8 @@ class RunRecord:
             "hidden": int(s.hidden),
             "learn_schedule": bool(s.learn_schedule),
             "train_elbo_last": finite(self.train_elbo_last),
+            "init": s.init,
+            "init_warnings": list(self.init_warnings),
             "skipped_steps": int(self.skipped_steps),
             "recoveries": int(self.recoveries),
             "loaded_from": self.loaded_from,

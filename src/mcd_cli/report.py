@@ -81,6 +81,8 @@ def warnings_for(rec: dict) -> list[str]:
         )
     elif rec.get("status") == "warn":
         out.append(f"warning: {where}: {'; '.join(rec['reasons'])}; {rec['advice']}")
+    for line in rec.get("init_warnings", ()):
+        out.append(f"warning: initial distribution ({rec['init']}): {line}")
     if rec.get("nonfinite_weights"):
         out.append(
             f"warning: {rec['nonfinite_weights']} importance weights were NaN or +inf and were "

@@ -31,6 +31,7 @@ from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_update
 
 DEFAULT_CHUNK = 1024
+INIT_STREAM = 0x1D1  # fold_in(key(seed), INIT_STREAM): the key of the initial-distribution fit
 DEFAULT_SAMPLES = 16_384
 
 
@@ -277,6 +278,14 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
         raise UsageError(f"--samples must be at least 1, got {plan.num_samples}")
     if plan.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {plan.repeats}")
+    if plan.sconf.init == "prior":
+        from mcd_cli.targets.numpyro_model import is_model_target
+
+        if not is_model_target(plan.target):
+            raise UsageError(
+                f"--init prior needs a NumPyro model target, and '{plan.target.name}' is not one; "
+                "use --init target, laplace or vi"
+            )
     if plan.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
     if plan.save is not None and plan.repeats > 1:
@@ -393,6 +402,27 @@ def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: Progress, updat
     return result, result.state.iteration - start
 
 
+def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, tuple[str, ...]]:
+    """The target with the initial distribution `sconf.init` asks for, and the fit's warnings.
+
+    The fit is made once per run from its own key, so a run that `--load`s parameters fits the
+    same distribution as the run that trained them. log Z is unchanged (a full-covariance fit
+    whitens the target, adding `log|det L|` to its log density).
+    """
+    if sconf.init == "target":
+        return target, ()
+    key = jax.random.fold_in(jax.random.key(seed), INIT_STREAM)
+    if sconf.init == "prior":
+        from mcd_cli.targets.numpyro_model import prior_initial
+
+        mean, scale = prior_initial(target, key)
+        return target.with_initial(mean=mean, scale=scale), ()
+    from mcd_cli import initialization
+
+    fit = initialization.fit_initial(target, key, sconf.init, cov=sconf.init_cov)
+    return initialization.apply_initial(target, fit), tuple(fit.warnings)
+
+
 def device_name() -> str:
     """The JAX device used, e.g. `cpu` or `gpu:NVIDIA H100 80GB HBM3`."""
     device = jax.devices()[0]
@@ -409,7 +439,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         RunFailed: the estimate could not be made (training diverged, no finite weight).
     """
     progress = progress or NoProgress()
-    target, s, t = plan.target, plan.sconf, plan.tconf
+    s, t = plan.sconf, plan.tconf
+    target, init_warnings = initial_target(plan.target, s, plan.seed)
     root = jax.random.key(plan.seed)
     totals = _Totals()
     loaded = None
@@ -474,4 +505,5 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         version=version(),
         loaded_from=str(plan.load) if plan.load is not None else None,
         elbo_history=tuple(histories),
+        init_warnings=init_warnings,
     )

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig
+from mcd_cli.config import INIT_METHODS, PRESETS, SamplerConfig, TrainConfig
 from mcd_cli.kernels import registry
 from mcd_cli.run import DEFAULT_SAMPLES
 
@@ -75,6 +75,25 @@ LearnScheduleOpt = Annotated[
     typer.Option(
         "--learn-schedule/--fixed-schedule",
         help=f"Learn the annealing schedule β (else linear). (default: {'learn' if _S.learn_schedule else 'fixed'})",
+        show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+InitMethod = enum.Enum("InitMethod", {name: name for name in INIT_METHODS}, type=str)
+InitOpt = Annotated[
+    Optional[InitMethod],
+    typer.Option(
+        "--init",
+        help="Initial distribution: target (the target's own), laplace (a Gaussian at the mode), vi "
+        "(a mean-field Gaussian fitted by the ELBO) or prior (a NumPyro model's prior). (default: target)",
+        show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+InitCov = enum.Enum("InitCov", {"diag": "diag", "full": "full"}, type=str)
+InitCovOpt = Annotated[
+    Optional[InitCov],
+    typer.Option(
+        "--init-cov",
+        help="With --init laplace: diag, or full (the target is whitened by the Laplace covariance). (default: diag)",
         show_default=False, rich_help_panel=SAMPLER,
     ),
 ]
