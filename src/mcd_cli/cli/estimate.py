@@ -12,7 +12,6 @@ from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
 from mcd_cli.cli.options import (
-    RUN,
     SAMPLER,
     Backward,
     BatchOpt,
