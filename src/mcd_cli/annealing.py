@@ -65,8 +65,8 @@ def init_params(
     if config.step_size == "pilot" or step_sizes is not None:
         from mcd_cli.initialization import step_size_params
 
-        # One hidden unit per step, so any per-step sizes are representable (the pilot's); a
-        # placeholder of constant sizes gives the same structure (a template to load into).
+        # One hidden unit per step, so any per-step sizes are representable (the pilot's);
+        # without sizes, constant ones give the same structure (a template to load into).
         if step_sizes is None:
             step_sizes = np.full(config.steps, config.init_step_size)
         step_size = step_size_params(step_sizes, config.max_step_size)
