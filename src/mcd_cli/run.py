@@ -452,9 +452,18 @@ def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, s
         return target.with_initial(mean=mean, scale=scale), "prior", ()
     from mcd_cli import initialization
 
-    fit = initialization.fit_initial(
-        target, key, sconf.init, cov=sconf.init_cov, explicit_initial=target.initial_declared
-    )
+    try:
+        fit = initialization.fit_initial(
+            target, key, sconf.init, cov=sconf.init_cov, explicit_initial=target.initial_declared
+        )
+    except ValueError as err:
+        if sconf.init != "auto":
+            raise RunFailed(f"--init {sconf.init} failed: {err}") from None
+        # A target whose density is not finite where the fit looks cannot be fitted; the run can
+        # still go on from the fallback, and training's own checks take over.
+        return target, "auto:target-fallback", (
+            f"auto: the VI fit failed ({err}); starting from the target's N(0, I) fallback",
+        )
     # A diagonal fit whitens the target by its scales, so the samplers' isotropic steps see unit
     # conditional scales (a diagonal preconditioner); a full one whitens by its Cholesky factor.
     return initialization.apply_initial(target, fit, precondition=True), fit.method, tuple(fit.warnings)
