@@ -5,7 +5,8 @@ written, files that do not match, memory that is not there); `execute(plan, prog
 work and returns a `RunRecord`. Nothing here imports the command line or the renderer: progress
 goes through the small `Progress` protocol, which the CLI implements with rich.
 
-Keys come from one root seed: repeat `r` uses `fold_in(key(seed), r)`, split into an
+Keys come from one root seed: the root key is `key(seed)`, or `fold_in(key(seed), i)` for model
+`i` of a comparison (`RunPlan.model_index`); repeat `r` uses `fold_in(root, r)`, split into an
 initialisation key and an estimation key, so a run that loads saved parameters estimates with
 exactly the random numbers of the run that trained them, and a benchmark cell that calls
 `execute` is the run `mcd estimate --seed s` makes.
@@ -25,7 +26,7 @@ import jax
 from mcd_cli import annealing, checkpoint
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
-from mcd_cli.stats import combine_estimates, summarize
+from mcd_cli.stats import combine_estimates, summarize, summarize_weights
 from mcd_cli.kernels import registry
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_update
@@ -79,9 +80,20 @@ class RunPlan:
     target_args: Optional[dict] = None  # the --param values the target was loaded with
     target_model: Optional[str] = None  # the NumPyro model's name (--model)
     target_data: Optional[str] = None  # the --data file bound to the target's data arguments
+    model_index: Optional[int] = None  # model i of a comparison: root key fold_in(key(seed), i)
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
+
+
+def root_key(seed: int, model_index: Optional[int] = None) -> jax.Array:
+    """The root key of a run: `key(seed)`, or `fold_in(key(seed), i)` for model i of a comparison.
+
+    Models of one comparison therefore draw independent random numbers from one seed, and
+    `mcd estimate --seed s --model-index i` reproduces model i alone.
+    """
+    key = jax.random.key(seed)
+    return key if model_index is None else jax.random.fold_in(key, model_index)
 
 
 def version() -> str:
@@ -245,6 +257,7 @@ def _file_meta(plan: RunPlan) -> dict:
         "sampler_config": dataclasses.asdict(plan.sconf),
         "train_config": dataclasses.asdict(plan.tconf),
         "seed": int(plan.seed),
+        "model_index": plan.model_index,
         "x64": bool(plan.x64),
         "mcd_cli_version": version(),
     }
@@ -259,6 +272,8 @@ def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None
     )
     if meta.get("seed") != plan.seed:
         differences.append(f"seed={meta.get('seed')!r} (this run: {plan.seed!r})")
+    if meta.get("model_index") != plan.model_index:
+        differences.append(f"model_index={meta.get('model_index')!r} (this run: {plan.model_index!r})")
     if meta.get("repeat", repeat) != repeat:
         differences.append(f"repeat={meta.get('repeat')!r} (this run: {repeat})")
     if differences:
@@ -402,7 +417,9 @@ def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: Progress, updat
     return result, result.state.iteration - start
 
 
-def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, tuple[str, ...]]:
+def initial_target(
+    target: Any, sconf: SamplerConfig, seed: int, model_index: Optional[int] = None
+) -> tuple[Any, tuple[str, ...]]:
     """The target with the initial distribution `sconf.init` asks for, and the fit's warnings.
 
     The fit is made once per run from its own key, so a run that `--load`s parameters fits the
@@ -411,7 +428,7 @@ def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, t
     """
     if sconf.init == "target":
         return target, ()
-    key = jax.random.fold_in(jax.random.key(seed), INIT_STREAM)
+    key = jax.random.fold_in(root_key(seed, model_index), INIT_STREAM)
     if sconf.init == "prior":
         from mcd_cli.targets.numpyro_model import prior_initial
 
@@ -440,8 +457,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     """
     progress = progress or NoProgress()
     s, t = plan.sconf, plan.tconf
-    target, init_warnings = initial_target(plan.target, s, plan.seed)
-    root = jax.random.key(plan.seed)
+    target, init_warnings = initial_target(plan.target, s, plan.seed, plan.model_index)
+    root = root_key(plan.seed, plan.model_index)
     totals = _Totals()
     loaded = None
     if plan.load is not None:
@@ -449,7 +466,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         loaded, meta = checkpoint.load_params(plan.load, template)
         t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
     update = make_update(target, s, t) if loaded is None and t.iterations > 0 else None
-    histories = []
+    histories, weights = [], []
     for repeat in range(plan.repeats):
         key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))
         result = None
@@ -487,6 +504,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
                 "more steps, or check the target with `mcd check`"
             )
         totals.estimates.append(est)
+        weights.append(summarize_weights(log_w))
     return RunRecord(
         target=TargetInfo.of(target, plan.target_spec, plan.target_text, plan.target_args, plan.target_model, plan.target_data),
         sampler=s,
@@ -506,4 +524,6 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         loaded_from=str(plan.load) if plan.load is not None else None,
         elbo_history=tuple(histories),
         init_warnings=init_warnings,
+        model_index=plan.model_index,
+        weights=tuple(weights),
     )
