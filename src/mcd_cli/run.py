@@ -32,7 +32,7 @@ from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_update
 
 DEFAULT_CHUNK = 1024
-INIT_STREAM = 0x1D1  # fold_in(key(seed), INIT_STREAM): the key of the initial-distribution fit
+INIT_STREAM = 0x1D1  # fold_in(root key, INIT_STREAM): the key of the initial-distribution fit
 DEFAULT_SAMPLES = 16_384
 
 
@@ -293,6 +293,8 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
         raise UsageError(f"--samples must be at least 1, got {plan.num_samples}")
     if plan.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {plan.repeats}")
+    if plan.model_index is not None and not 0 <= plan.model_index < 2**31:
+        raise UsageError(f"--model-index must be a model's position, 0 or more (below 2^31), got {plan.model_index}")
     if plan.sconf.init == "prior":
         from mcd_cli.targets.numpyro_model import is_model_target
 
