@@ -9,7 +9,9 @@ one. Model i's keys are `fold_in(key(seed), i)`: its record equals `mcd estimate
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -97,8 +99,11 @@ def test_compare_two_numpyro_models_matches_the_exact_bayes_factor(mcd, tmp_path
     pytest.importorskip("numpyro")
     models = [str(EXAMPLES / "beta_bernoulli.py"), str(EXAMPLES / "beta_bernoulli_uniform.py")]
     out_file = tmp_path / "cmp.jsonl"
-    code, out, err = mcd(["compare", *models, *NUMPYRO_FAST, "--output", out_file])
+    figure = tmp_path / "models.svg"
+    code, out, err = mcd(["compare", *models, *NUMPYRO_FAST, "--output", out_file, "--plot", figure])
     assert code == 0, err
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert ET.parse(figure).getroot().tag.endswith("svg")
     # The table: one row per model and the Bayes factor against the best.
     for text in ("beta_bernoulli_uniform", "log B vs best", "2 ln B", "not worth more than a bare mention", "best"):
         assert text in out
@@ -128,7 +133,10 @@ def test_models_get_independent_keys_estimate_reproduces_each_and_load_replays_t
     saved = []
     for i, rec in enumerate((first, second)):
         path = tmp_path / f"m{i}.npz"
-        code, out, err = mcd(["estimate", rec["target_spec"], *NO_TRAIN, "--model-index", i, "--save", path, "--json", "-q"])
+        args = ["estimate", rec["target_spec"], *NO_TRAIN, "--model-index", i, "--save", path, "--json", "-q"]
+        if i == 0 and importlib.util.find_spec("matplotlib") is not None:
+            args += ["--plot", tmp_path / "m0.png"]
+        code, out, err = mcd(args)
         assert code == 0, err
         (alone,) = records(out)
         assert alone["log_z"] == rec["log_z"] and alone["kind"] == "estimate" and alone["model_index"] == i
@@ -143,6 +151,10 @@ def test_models_get_independent_keys_estimate_reproduces_each_and_load_replays_t
     assert [r["kind"] for r in replay] == ["model", "model", "comparison"]
     assert [r["loaded_from"] for r in replay[:2]] == [str(p) for p in saved]
     assert [r["log_z"] for r in replay[:2]] == [first["log_z"], second["log_z"]]
+    if importlib.util.find_spec("matplotlib") is not None:
+        import matplotlib.image
+
+        assert matplotlib.image.imread(tmp_path / "m0.png").ndim == 3
     assert [m["name"] for m in replay[2]["models"]] == ["tiny_gauss", "other"]
     code, _, err = mcd(run + ["--load", str(saved[0])])
     assert code == 2 and "--load has 1 file(s) for 2 targets" in one_line_error(err)

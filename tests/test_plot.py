@@ -144,6 +144,31 @@ def test_sparkline_spans_the_range_and_skips_nan():
 # The command line ------------------------------------------------------------------------------
 
 
+def test_the_estimate_table_shows_the_training_curve_as_a_sparkline():
+    from rich.console import Console
+
+    from mcd_cli.config import SamplerConfig, TrainConfig
+    from mcd_cli.record import RunRecord, TargetInfo
+
+    combined = stats.combine_estimates([stats.summarize(np.random.default_rng(3).normal(size=256) * 0.1)])
+    target = TargetInfo("synthetic", 2, {}, None, None, "0" * 64, 0.0)
+    record = RunRecord(
+        target, SamplerConfig(), TrainConfig(iterations=100), combined, seed=0, num_samples=256, repeats=1,
+        x64=False, iterations_run=100, skipped_steps=0, recoveries=0, train_seconds=1.0,
+        estimate_seconds=1.0, device="cpu", version="test",
+    )
+    curve = list(np.linspace(-4.0, -1.0, 100))
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))
+    console.print(report.estimate_table(record.as_dict(), curve))
+    text = console.export_text()
+    line = next(row for row in text.splitlines() if "training ELBO" in row)
+    assert report.sparkline(curve) in line and "-3.864 → -1.136 (first and last tenth)" in line
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))
+    console.print(report.estimate_table(record.as_dict()))
+    assert "training ELBO" not in console.export_text()
+
+
+@pytest.mark.slow
 def test_estimate_writes_the_figure_and_the_table_shows_the_training_curve(mcd, gauss_yaml, tmp_path):
     path = tmp_path / "run.png"
     args = ["estimate", gauss_yaml, *NO_TRAIN[:-2], "--iterations", "3", "--plot", path]
