@@ -89,6 +89,7 @@ TargetsArg = Annotated[
     typer.Argument(
         help="One target (a grid of estimators), or several (a .py or .yaml file, a bundled name): "
         "the Bayes factors of the models.",
+        metavar="TARGET...",
         show_default=False,
     ),
 ]
@@ -234,7 +235,7 @@ def _compare_models(targets: list[str], values: dict) -> None:
                 "or compare estimators on one target at a time"
             )
     if "-" in targets:
-        raise UsageError("'-' (a target on stdin) can be one of several targets only once it is a file; save it first")
+        raise UsageError("'-' (a target on stdin) cannot be one of several targets; save the YAML to a file and name the file")
     loads: list[Optional[Path]] = [None] * len(targets)
     if values.get("load") is not None:
         files = [f.strip() for f in str(values["load"]).split(",") if f.strip()]
