@@ -89,7 +89,7 @@ TargetsArg = Annotated[
     typer.Argument(
         help="One target (a grid of estimators), or several (a .py or .yaml file, a bundled name): "
         "the Bayes factors of the models.",
-        metavar="TARGET...",
+        metavar="TARGET",
         show_default=False,
     ),
 ]
