@@ -39,7 +39,7 @@ def weights() -> stats.WeightSummary:
 def test_weight_summary_is_bounded_and_counts_every_weight():
     lw = np.r_[np.random.default_rng(1).normal(size=10_000), -np.inf, np.nan, np.inf]
     s = stats.summarize_weights(lw)
-    assert sum(s.counts) == 10_000 and s.num_zero == 1 and s.num_samples == 10_001
+    assert sum(s.counts) == 10_000 and s.num_below == 0 and s.num_zero == 1 and s.num_samples == 10_001
     assert len(s.counts) == stats.HISTOGRAM_BINS and len(s.edges) == stats.HISTOGRAM_BINS + 1
     assert len(s.tail) == stats.tail_length(10_001) and s.tail == tuple(sorted(s.tail))
     assert s.pareto_k == stats.pareto_k(lw[~np.isnan(lw) & (lw != np.inf)])
@@ -66,6 +66,13 @@ def test_fitted_tail_recovers_a_known_generalised_pareto():
     used = expected > 5
     chi2 = float(np.sum((observed[used] - expected[used]) ** 2 / expected[used]))
     assert chi2 < scipy.stats.chi2.ppf(0.999, used.sum()), chi2
+
+
+def test_a_long_lower_tail_is_counted_but_not_drawn():
+    lw = np.r_[np.random.default_rng(4).normal(size=1000), [-400.0, -250.0]]
+    s = stats.summarize_weights(lw)
+    assert s.num_below == 2 and sum(s.counts) == 1000
+    assert s.edges[0] == pytest.approx(np.median(lw) - stats.HISTOGRAM_SPAN * (lw.max() - np.median(lw)))
 
 
 def test_no_tail_gives_no_fitted_counts():

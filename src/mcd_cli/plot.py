@@ -85,7 +85,8 @@ def _training_panel(ax: Any, curves: Sequence[Sequence[float]]) -> None:
         ax.plot(steps, curve, color=f"C{r}", alpha=0.25, linewidth=0.7, label="per iteration" if r == 0 else None)
         label = f"moving average ({window})" + (f", repeat {r + 1}" if len(curves) > 1 else "")
         # A trailing mean, drawn at the centre of its window so that it does not lag the curve.
-        ax.plot(steps - (window - 1) / 2, moving_average(curve, window), color=f"C{r}", linewidth=1.6, label=label)
+        centre = steps - np.minimum(steps - 1, window - 1) / 2
+        ax.plot(centre, moving_average(curve, window), color=f"C{r}", linewidth=1.6, label=label)
     finite = np.concatenate([c[np.isfinite(c)] for c in curves])
     if finite.size:
         lo, hi = np.percentile(finite, [2, 100])
@@ -103,7 +104,11 @@ def _weights_panel(ax: Any, weights: Any, rec: dict) -> None:
         return
     edges = np.asarray(weights.edges)
     counts = np.asarray(weights.counts)
-    ax.stairs(counts, edges, fill=True, color="C0", alpha=0.45, label=f"{weights.num_samples} weights")
+    shown = f"{weights.num_samples} weights"
+    left_out = [f"{n} {what}" for n, what in ((weights.num_below, "below the range"), (weights.num_zero, "zero")) if n]
+    if left_out:
+        shown += f" ({', '.join(left_out)}: not shown)"
+    ax.stairs(counts, edges, fill=True, color="C0", alpha=0.45, label=shown)
     fitted = weights.tail_counts(edges)
     if weights.log_cutoff is not None and fitted.sum() > 0:
         ax.stairs(fitted, edges, color="C3", linewidth=1.6, label=f"fitted Pareto tail ({len(weights.tail)} largest)")

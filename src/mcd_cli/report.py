@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -55,7 +56,8 @@ SPARK_BARS = "▁▂▃▄▅▆▇█"
 
 
 def sparkline(values: Sequence[float], width: int = 48) -> str:
-    """A one-line unicode sparkline of `values` in `width` cells (each the mean of its span; NaN skipped).
+    """A one-line unicode sparkline of `values` in `width` cells (each the median of its span, so
+    that one bad training batch does not flatten the rest; NaN skipped).
 
     Example:
         >>> sparkline([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
@@ -70,7 +72,7 @@ def sparkline(values: Sequence[float], width: int = 48) -> str:
     cells = []
     for i in range(width):
         span = [x for x in v[i * len(v) // width:(i + 1) * len(v) // width] if math.isfinite(x)]
-        cells.append(sum(span) / len(span) if span else None)
+        cells.append(statistics.median(span) if span else None)
     known = [c for c in cells if c is not None]
     if not known:
         return " " * width

@@ -284,6 +284,7 @@ def pareto_k(log_w: np.ndarray) -> float:
 
 
 HISTOGRAM_BINS = 60
+HISTOGRAM_SPAN = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,7 +295,9 @@ class WeightSummary:
     instead of the weights.
 
     Attributes:
-        edges, counts: a histogram of the finite log weights (`HISTOGRAM_BINS` bins).
+        edges, counts: a histogram of the finite log weights (`HISTOGRAM_BINS` bins), from
+            `max(min, median − HISTOGRAM_SPAN · (max − median))` to the largest.
+        num_below: finite weights below the histogram's range (negligible ones), not in it.
         num_zero: weights that are exactly zero (log w = −inf), left out of the histogram.
         num_samples: N, the weights summarised (NaN and +inf already dropped).
         log_cutoff: log w at the PSIS tail cutoff (None when there is no tail to fit).
@@ -305,6 +308,7 @@ class WeightSummary:
 
     edges: tuple[float, ...]
     counts: tuple[int, ...]
+    num_below: int
     num_zero: int
     num_samples: int
     log_cutoff: Optional[float]
@@ -339,10 +343,17 @@ def summarize_weights(log_w: np.ndarray, bins: int = HISTOGRAM_BINS) -> WeightSu
     lw = np.asarray(log_w, dtype=np.float64).ravel()
     lw = lw[~np.isnan(lw) & (lw != np.inf)]
     finite_lw = lw[np.isfinite(lw)]
+    num_below = 0
     if finite_lw.size == 0:
         counts, edges = np.zeros(bins, dtype=int), np.linspace(-1.0, 1.0, bins + 1)
     else:
-        counts, edges = np.histogram(finite_lw, bins=bins)
+        # The estimate lives in the upper part of the weights; a long lower tail of negligible
+        # weights would squeeze it into a few bins, so the range stops HISTOGRAM_SPAN times the
+        # median-to-maximum distance below the median (all of it for normal log weights).
+        top, median = float(finite_lw.max()), float(np.median(finite_lw))
+        low = max(float(finite_lw.min()), median - HISTOGRAM_SPAN * (top - median))
+        num_below = int(np.sum(finite_lw < low))
+        counts, edges = np.histogram(finite_lw, bins=bins, range=(low, top) if top > low else None)
     k, cutoff, tail, sigma = float("inf"), None, np.empty(0), None
     n, tail_len = lw.size, tail_length(lw.size)
     if tail_len >= PARETO_MIN_TAIL:
@@ -359,6 +370,7 @@ def summarize_weights(log_w: np.ndarray, bins: int = HISTOGRAM_BINS) -> WeightSu
     return WeightSummary(
         edges=tuple(float(e) for e in edges),
         counts=tuple(int(c) for c in counts),
+        num_below=num_below,
         num_zero=int(np.sum(lw == -np.inf)),
         num_samples=int(n),
         log_cutoff=cutoff,
