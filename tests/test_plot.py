@@ -137,8 +137,11 @@ def test_compare_figure_of_settings_and_of_models(tmp_path):
     assert matplotlib.image.imread(tmp_path / "models.png").ndim == 3
 
 
-def test_moving_average_skips_nan():
-    assert plot.moving_average([2.0, np.nan, 4.0, 6.0], 2).tolist() == [2.0, 2.0, 4.0, 5.0]
+def test_block_medians_skip_nan_and_resist_one_bad_batch():
+    curve = np.r_[np.full(50, -2.0), -500.0, np.full(49, -1.0), np.nan]
+    centres, medians, size = plot.block_medians(curve, blocks=10)
+    assert size == 10 and centres.tolist() == [5.5 + 10 * i for i in range(10)]
+    assert medians.tolist() == [-2.0] * 5 + [-1.0] * 5
 
 
 def test_sparkline_spans_the_range_and_skips_nan():

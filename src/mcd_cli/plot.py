@@ -4,16 +4,17 @@ matplotlib is optional: this module imports it only inside `require`, which the 
 before any work starts, so that a missing extra is one line (exit 2), not a failed run at the end.
 Like `report`, the figures are drawn from records (`RunRecord.as_dict()`, docs/json.md) and from
 the run's bounded summaries (the training curve, `stats.WeightSummary`); nothing is computed here
-but moving averages and the fitted tail's expected counts (`WeightSummary.tail_counts`).
+but the curve's block medians and the fitted tail's expected counts (`WeightSummary.tail_counts`).
 
-- `estimate_figure(rec, curves, weights)`: the training ELBO against iteration with its moving
-  average; the histogram of the log weights with the fitted Pareto tail, its cutoff and k̂; and,
+- `estimate_figure(rec, curves, weights)`: the training ELBO against iteration with its running
+  level (block medians); the histogram of the log weights with the fitted Pareto tail, its cutoff and k̂; and,
   when the record has an `smc` section, its ESS, β and acceptance rate against step.
 - `compare_figure(records, names)`: log Ẑ ± one standard error per setting or per model.
 
 Example:
-    >>> moving_average([1.0, 2.0, 3.0, float("nan"), 5.0], 2).round(2).tolist()
-    [1.0, 1.5, 2.5, 3.0, 5.0]
+    >>> centres, medians, size = block_medians([1.0, 9.0, 2.0, 3.0, float("nan"), 5.0], blocks=2)
+    >>> centres.tolist(), medians.tolist(), size
+    ([2.0, 5.0], [2.0, 4.0], 3)
 """
 
 from __future__ import annotations
@@ -51,18 +52,24 @@ def require() -> Any:
     return plt
 
 
-def moving_average(values: Sequence[float], window: int) -> np.ndarray:
-    """Trailing mean over the last `window` values, skipping NaN (skipped training updates)."""
+def block_medians(values: Sequence[float], blocks: int = 50) -> tuple[np.ndarray, np.ndarray, int]:
+    """The curve's running level: the median of each block of `len(values) // blocks` iterations.
+
+    A median, not a mean: one training batch with a far-off particle drags its batch's ELBO down by
+    many nats, and a moving mean would show each such batch as a step. NaN (skipped updates) are
+    left out; blocks keep the cost and the figure bounded however long the training.
+
+    Returns:
+        `(centres, medians, size)`: each block's centre (1-based iteration), its median, the block size.
+    """
     v = np.asarray(values, dtype=np.float64)
-    ok = np.isfinite(v)
-    sums = np.cumsum(np.where(ok, v, 0.0))
-    counts = np.cumsum(ok)
-    lo = np.arange(v.size) - window
-    prev_sum = np.where(lo >= 0, sums[np.maximum(lo, 0)], 0.0)
-    prev_cnt = np.where(lo >= 0, counts[np.maximum(lo, 0)], 0)
-    n = counts - prev_cnt
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, (sums - prev_sum) / np.maximum(n, 1), np.nan)
+    size = max(1, v.size // blocks)
+    count = v.size // size
+    tail = v[: count * size].reshape(count, size)
+    with np.errstate(all="ignore"):
+        medians = np.array([np.median(row[np.isfinite(row)]) if np.isfinite(row).any() else np.nan for row in tail])
+    centres = np.arange(count) * size + (size + 1) / 2
+    return centres, medians, size
 
 
 def _title(rec: dict) -> str:
@@ -80,13 +87,11 @@ def _training_panel(ax: Any, curves: Sequence[Sequence[float]]) -> None:
         ax.set_yticks([])
         return
     for r, curve in enumerate(curves):
-        window = max(1, curve.size // 20)
         steps = np.arange(1, curve.size + 1)
         ax.plot(steps, curve, color=f"C{r}", alpha=0.25, linewidth=0.7, label="per iteration" if r == 0 else None)
-        label = f"moving average ({window})" + (f", repeat {r + 1}" if len(curves) > 1 else "")
-        # A trailing mean, drawn at the centre of its window so that it does not lag the curve.
-        centre = steps - np.minimum(steps - 1, window - 1) / 2
-        ax.plot(centre, moving_average(curve, window), color=f"C{r}", linewidth=1.6, label=label)
+        centres, medians, size = block_medians(curve)
+        label = f"median of every {size}" + (f", repeat {r + 1}" if len(curves) > 1 else "")
+        ax.plot(centres, medians, color=f"C{r}", linewidth=1.6, label=label)
     finite = np.concatenate([c[np.isfinite(c)] for c in curves])
     if finite.size:
         lo, hi = np.percentile(finite, [2, 100])
