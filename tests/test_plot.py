@@ -210,7 +210,7 @@ def test_without_matplotlib_plot_is_a_one_line_error(mcd, gauss_yaml, tmp_path, 
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    for command in (["estimate", gauss_yaml], ["compare", gauss_yaml, gauss_yaml]):
+    for command in (["estimate", gauss_yaml], ["compare", gauss_yaml], ["compare", gauss_yaml, gauss_yaml]):
         code, out, err = mcd([*command, *NO_TRAIN, "--plot", tmp_path / "run.png"])
         assert code == 2 and out == ""
         assert "pip install 'mcd-cli[plot]'" in one_line_error(err)

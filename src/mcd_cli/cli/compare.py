@@ -188,6 +188,7 @@ def compare(
         available = run.available_memory()
         for plan in plans:
             run.validate(plan, available=available)
+        out.check_plot(values)
         out.warn_before(plans, values)
         if values["dry_run"]:
             out.dry_run(plans, values)
