@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"beta_bernoulli": (2.0, 3.0), "beta_bernoulli_uniform": (1.0, 1.0), "beta_bernoulli_tails": (3.0, 12.0)}
 K, N = 14, 20  # heads, flips (the files' data)
 SETTINGS = {
-    "ais_K128": ["--backward", "ais", "--iterations", "0", "--steps", "128"],
-    "ula_mcd_default": [],
+    "ais_K128": ["--backward", "ais", "--iterations", "0", "--steps", "128", "--init", "target"],
+    "ula_mcd_default": ["--init", "target"],
 }
 
 
