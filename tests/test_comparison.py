@@ -133,8 +133,7 @@ def test_models_get_independent_keys_estimate_reproduces_each_and_load_replays_t
     saved = []
     for i, rec in enumerate((first, second)):
         path = tmp_path / f"m{i}.npz"
-        # compare has no --step-size: its models use fixed step sizes, estimate's default is auto.
-        args = ["estimate", rec["target_spec"], *NO_TRAIN, "--step-size", "fixed", "--model-index", i]
+        args = ["estimate", rec["target_spec"], *NO_TRAIN, "--model-index", i]
         args += ["--save", path, "--json", "-q"]
         if i == 0 and importlib.util.find_spec("matplotlib") is not None:
             args += ["--plot", tmp_path / "m0.png"]
