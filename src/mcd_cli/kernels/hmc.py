@@ -2,7 +2,10 @@
 
 Momentum `p ~ N(0, M)` with the diagonal mass `M = C⁻¹` (`C = RefineParams.inv_mass`, the
 particles' variance), `L` leapfrog steps of size `ε` on `H(x, p) = −log γ_k(x) + ½ pᵀ C p`, then
-a Metropolis test on `H`. `L` target gradients per move; the value and gradient at the current
+a Metropolis test on `H`. The step size of each move is jittered, `ε · u` with `u ~ U(0.5, 1.5)`
+drawn independently of the state (a mixture of invariant kernels is invariant): with a well-fitted
+preconditioner a fixed `εL` near a multiple of the Gaussian period 2π would bring every particle
+back to where it started. `L` target gradients per move; the value and gradient at the current
 point are cached in the particle's state. Its incremental importance weight is 1.
 """
 
@@ -18,8 +21,9 @@ from mcd_cli.kernels.uha import leapfrog as leapfrog_step
 
 def step(key, state, beta, path: AnnealedPath, evaluate: Evaluate, params: RefineParams, leapfrog: int):
     """One HMC move (`leapfrog` steps) of one particle at `beta`: `(state, acceptance probability)`."""
-    key_p, key_u = jax.random.split(key)
-    x, eps, c = state.position, params.step_size, params.inv_mass
+    key_p, key_u, key_eps = jax.random.split(key, 3)
+    x, c = state.position, params.inv_mass
+    eps = params.step_size * jax.random.uniform(key_eps, (), x.dtype, 0.5, 1.5)
     p0 = jax.random.normal(key_p, x.shape, x.dtype) / jnp.sqrt(c)
 
     def grad_fn(x_new):
