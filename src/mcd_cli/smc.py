@@ -61,6 +61,10 @@ BISECTION_STEPS = 40
 # Step-size adaptation: ε ← ε · exp(ADAPT_RATE · (acceptance − target)), bounded per step.
 ADAPT_RATE = 2.0
 MIN_VARIANCE = 1e-8
+# Adaptive tempering puts ESS/N at `target_ess` up to float rounding; the resampling test allows
+# that much, so `resample = target_ess` resamples after every step (classic tempered SMC) instead
+# of flipping on the rounding of the bisection.
+ESS_ROUNDING = 1e-3
 
 
 class Population(NamedTuple):
@@ -352,7 +356,7 @@ def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
         pop = pop._replace(log_w=pop.log_w + increment)
         ess = ess_fraction(pop.log_w)
         last = beta_new >= 1.0
-        do_resample = (ess < config.resample) & ~last
+        do_resample = (ess < config.resample + ESS_ROUNDING) & ~last
         pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler), lambda p: p, pop)
         pop, acceptance, used = jax.lax.cond(
             ~last,
