@@ -25,9 +25,14 @@ def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
     assert all(0 < b for b in smc["beta"]) and smc["beta"] == sorted(smc["beta"])
     assert 0.0 < smc["mean_acceptance"] < 1.0 and smc["refine_every"] == "step"
     assert all(1 <= s < k for s in smc["resampled_steps"]) and len(smc["resampled_steps"]) == smc["resamplings"][0]
+    # --target-ess 0.5 from uniform weights: ESS/N after each reweighting is the conditional ESS,
+    # 0.5, and --resample 0.5 then resamples after every step but the last.
+    assert smc["resampled_steps"] == list(range(1, k))
+    assert all(abs(e - 0.5) < 2e-3 for e in smc["ess"][:-1])
     assert rec["log_z_is"] is None and "steps" not in rec["config"] and rec["config"]["adaptive"] is True
 
 
+@pytest.mark.slow
 def test_trained_kernels_inside_smc_report_the_importance_sampling_estimate_beside(mcd, gauss_yaml):
     code, out, err = mcd(["estimate", gauss_yaml, *NO_TRAIN, "--resample", "0.9", "--refine", "mala",
                           "--refine-every", "step", "--particles", "32"])

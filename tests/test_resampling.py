@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,7 @@ N = 8
 DRAWS = 4000
 
 
+@functools.lru_cache(maxsize=None)
 def counts(name: str, draws: int = DRAWS) -> np.ndarray:
     fn = resampling.scheme(name)
     keys = jax.random.split(jax.random.key(7), draws)
@@ -34,7 +37,7 @@ def test_offspring_counts_are_unbiased(name):
 def test_low_variance_schemes_stay_close_to_the_expectation(name, bound):
     """Systematic counts are floor or ceil of N W_i; a stratified count can also gain or lose the
     two strata its interval cuts."""
-    c = counts(name, 500)
+    c = counts(name)
     assert np.all(np.abs(c - N * WEIGHTS) < bound + 1e-6)
     assert np.all(c.sum(axis=1) == N)
 

@@ -166,7 +166,8 @@ def test_metropolis_moves_leave_the_gaussian_invariant(kernel, step_size):
     np.testing.assert_allclose(states.target_grad, grad, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", [pytest.param("mala", marks=pytest.mark.slow), "hmc"])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mala", "hmc"])
 def test_step_size_adapts_towards_the_target_acceptance(name):
     """From a step size 20× too large (acceptance ≈ 0), 25 adapted refinements reach the target."""
     config = SamplerConfig(backward="ais", refine=name, leapfrog=3)
@@ -206,6 +207,7 @@ def test_next_beta_hits_the_target_conditional_ess():
     assert float(smc.next_beta(beta, log_w, 1e-6 * log_like, 0.5)) == 1.0  # flat likelihood: one step
 
 
+@pytest.mark.slow
 def test_adaptive_tempering_hits_the_target_ess_and_estimates_log_z():
     config = SamplerConfig(backward="ais", adaptive=True, refine="hmc", leapfrog=2, resample=1.0, target_ess=0.6)
     out = replicate(config, 128, 6, seed=1, adapt=True)

@@ -11,7 +11,8 @@ import dataclasses
 
 MAX_DEFAULT_HIDDEN = 512
 INIT_METHODS = ("target", "laplace", "vi", "prior")  # the paper's width
-RESAMPLING = ("systematic", "stratified", "multinomial")
+# Multinomial first, the default: the single-run (genealogy) standard error is only valid with it.
+RESAMPLING = ("multinomial", "systematic", "stratified")
 REFINE_EVERY = ("resample", "step")
 # Settings of the estimation only (SMC): a sampler trained or saved without them may be estimated
 # with them (`--load`, `--resume`).
@@ -85,7 +86,7 @@ class SamplerConfig:
     init: str = "target"
     init_cov: str = "diag"
     resample: float = 0.0
-    resampling: str = "systematic"
+    resampling: str = "multinomial"
     refine: str = "none"
     refine_steps: int = 1
     leapfrog: int = 10

@@ -565,7 +565,12 @@ def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callba
     estimates, outputs = [], []
     for j in range(runs):
         out = jax.device_get(compiled(params, jax.random.fold_in(key, j)))
-        estimates.append(smc_estimate(float(out.log_z), out.log_w, out.eve, int(out.resamplings)))
+        estimates.append(
+            smc_estimate(
+                float(out.log_z), out.log_w, out.eve, int(out.resamplings),
+                multinomial=s.resampling == "multinomial",
+            )
+        )
         outputs.append(out)
         callback((j + 1) * population, plan.num_samples)
     merged = merge_runs(estimates)

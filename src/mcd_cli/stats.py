@@ -467,7 +467,12 @@ def genealogy_relative_variance(log_w: np.ndarray, eve: np.ndarray, resamplings:
 
 
 def smc_estimate(
-    log_z_resampled: float, log_w: np.ndarray, eve: np.ndarray, resamplings: int, seconds: float = 0.0
+    log_z_resampled: float,
+    log_w: np.ndarray,
+    eve: np.ndarray,
+    resamplings: int,
+    seconds: float = 0.0,
+    multinomial: bool = True,
 ) -> Estimate:
     """The estimate of one SMC run: `log Ẑ = log_z_resampled + logsumexp(log w) − log N`, the
     verdict of its final weights (`summarize`), and the genealogy standard error.
@@ -475,7 +480,9 @@ def smc_estimate(
     `log_z_stderr = sqrt(V̂/Ẑ²)` (`genealogy_relative_variance`; the delta method on the relative
     variance), method `"smc-genealogy"`. None (method `"none"`) when the verdict of the final
     weights is unreliable, when fewer than `ESS_MIN` effective Eve lineages are left (a collapsed
-    genealogy), or when the estimate is negative. `delta_stderr` holds the genealogy value whatever
+    genealogy), or when the estimate is negative; also None, with a warning, when the run resampled
+    with a scheme other than multinomial (`multinomial=False`), for which the estimate is biased
+    low (lineages coalesce less; measured in docs/method.md). `delta_stderr` holds the genealogy value whatever
     the verdict, and its uncertainty `se / sqrt(2 L)` with `L` the effective lineages: the
     variance is an average over about `L` independent lineage groups.
 
@@ -496,6 +503,13 @@ def smc_estimate(
         reasons.append("the genealogy variance estimate is negative")
         status = Status.UNRELIABLE
     valid = status is not Status.UNRELIABLE
+    if valid and resamplings > 0 and not multinomial:
+        reasons.append(
+            "no single-run standard error with systematic or stratified resampling; use --resampling "
+            "multinomial, or --repeats"
+        )
+        status = worst([status, Status.WARN])
+        valid = False
     return dataclasses.replace(
         final,
         log_z=float(log_z_resampled) + final.log_z,
@@ -527,7 +541,7 @@ def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
     merged = math.sqrt(float(np.sum(z * z * se * se))) / float(np.sum(z))
     lineage_u = [e.delta_stderr_uncertainty / e.delta_stderr for e in estimates if e.delta_stderr > 0]
     status = worst([e.status for e in estimates])
-    valid = status is not Status.UNRELIABLE and math.isfinite(merged)
+    valid = status is not Status.UNRELIABLE and math.isfinite(merged) and all(e.log_z_stderr is not None for e in estimates)
     reasons = tuple(f"population {j + 1}: {r}" for j, e in enumerate(estimates) for r in e.reasons)
     return Estimate(
         log_z=top + math.log(float(np.sum(z)) / len(estimates)),

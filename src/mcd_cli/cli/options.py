@@ -126,7 +126,9 @@ Resampling = enum.Enum("Resampling", {name: name for name in RESAMPLING}, type=s
 ResamplingOpt = Annotated[
     Optional[Resampling],
     typer.Option(
-        "--resampling", help=f"Resampling scheme: systematic, stratified or multinomial. (default: {_S.resampling})",
+        "--resampling",
+        help="Resampling scheme: multinomial, systematic or stratified (lower variance, but no single-run "
+        f"standard error). (default: {_S.resampling})",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
