@@ -119,6 +119,14 @@ def test_collapsed_genealogy_reports_no_standard_error():
     assert any("genealogy collapsed" in r for r in est.reasons)
 
 
+def test_systematic_resampling_reports_no_single_run_standard_error():
+    lw, eve = 0.3 * np.random.default_rng(1).normal(size=4000), np.repeat(np.arange(200), 20)
+    assert stats.smc_estimate(0.0, lw, eve, 3).log_z_stderr_method == "smc-genealogy"
+    est = stats.smc_estimate(0.0, lw, eve, 3, multinomial=False)
+    assert est.log_z_stderr is None and est.log_z_stderr_method == "none" and est.status.value == "warn"
+    assert any("--resampling multinomial" in r for r in est.reasons)
+
+
 def test_merging_populations_averages_z():
     a = stats.smc_estimate(0.0, np.zeros(50), np.arange(50), 0)
     b = stats.smc_estimate(math.log(3.0), np.zeros(50), np.arange(50), 0)
