@@ -53,6 +53,14 @@ def test_systematic_expectation_over_the_uniform_is_exact():
     assert np.all(np.abs(mean - N * WEIGHTS) <= 2.0 / grid + 1e-5)
 
 
+def test_multinomial_counts_have_the_multinomial_variance():
+    """Var(#offspring_i) = N W_i (1 − W_i), within the sampling error of a variance (4 SE)."""
+    c = counts("multinomial")
+    expected = N * WEIGHTS * (1.0 - WEIGHTS)
+    tolerance = 4.0 * np.sqrt(np.maximum(np.var((c - c.mean(0)) ** 2, axis=0, ddof=1), 1e-12) / DRAWS)
+    assert np.all(np.abs(c.var(axis=0, ddof=1) - expected) <= tolerance + 1e-9)
+
+
 def test_unknown_scheme_names_the_choices():
     with pytest.raises(ValueError, match="systematic, stratified, multinomial"):
         resampling.scheme("residual")

@@ -1,7 +1,7 @@
 """Resampling schemes: N ancestor indices drawn from normalised weights, each index `i` drawn
 `N·W_i` times in expectation (unbiased offspring counts), which keeps the SMC estimate of Z unbiased.
 
-- `multinomial`: N independent draws from the categorical distribution `W`;
+- `multinomial`: N independent draws from the categorical distribution `W` (as sorted uniforms);
 - `stratified`: one uniform in each stratum `[(j − 1)/N, j/N)`, inverted through the cumulative
   weights (Kitagawa 1996);
 - `systematic`: one uniform `u ~ U[0, 1/N)` shifted by `j/N` (Carpenter, Clifford & Fearnhead
@@ -51,9 +51,15 @@ def stratified(key: jax.Array, weights: jax.Array, num: int) -> jax.Array:
 
 
 def multinomial(key: jax.Array, weights: jax.Array, num: int) -> jax.Array:
-    """Multinomial resampling: N independent categorical draws."""
-    logits = jnp.log(weights)
-    return jax.random.categorical(key, logits, shape=(num,)).astype(jnp.int32)
+    """Multinomial resampling: N independent categorical draws, in O(N) memory and O(N log N) time.
+
+    The N sorted uniforms are the normalised partial sums of N + 1 exponentials (the order
+    statistics of uniforms), inverted through the cumulative weights; the order of the offspring
+    does not matter to the sampler (`jax.random.categorical` would build an N × N table).
+    """
+    spacings = jax.random.exponential(key, (num + 1,), dtype=weights.dtype)
+    cumulative = jnp.cumsum(spacings)
+    return _invert(weights, cumulative[:num] / cumulative[num])
 
 
 SCHEMES: dict[str, Resampler] = {"systematic": systematic, "stratified": stratified, "multinomial": multinomial}

@@ -261,7 +261,9 @@ def _file_meta(plan: RunPlan) -> dict:
 def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None:
     """Raises CheckpointError unless the checkpoint at `path` belongs to this run."""
     checkpoint.check_target(meta, plan.target, str(path))
-    differences = checkpoint.config_differences(meta.get("sampler_config", {}), plan.sconf, ignore=ESTIMATION_FIELDS)
+    differences = checkpoint.config_differences(
+        meta.get("sampler_config", {}), plan.sconf, ignore=ESTIMATION_FIELDS
+    )
     differences += checkpoint.config_differences(
         meta.get("train_config", {}), plan.tconf, ignore=("iterations",)
     )

@@ -5,7 +5,8 @@ particles is stepped by `lax.scan` (fixed schedule) or `lax.while_loop` (adaptiv
 the kernels `vmap`ped over the particles inside. After step k the log weights gain the
 incremental weight
 
-    log G_k = log γ̃_k(s_k) − log γ̃_{k−1}(s_{k−1}) + log B_{k−1}(s_{k−1} | s_k) − log F_k(s_k | s_{k−1}),
+    log G_k = log γ̃_k(s_k) − log γ̃_{k−1}(s_{k−1})
+              + log B_{k−1}(s_{k−1} | s_k) − log F_k(s_k | s_{k−1}),
 
 where `γ̃_k` is the annealed density of the whole particle state (UHA: `γ_k(x) N(p; 0, M)`), so
 the product of the `G_k` telescopes to the importance weight of the per-particle loop. When the

@@ -541,7 +541,11 @@ def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
     merged = math.sqrt(float(np.sum(z * z * se * se))) / float(np.sum(z))
     lineage_u = [e.delta_stderr_uncertainty / e.delta_stderr for e in estimates if e.delta_stderr > 0]
     status = worst([e.status for e in estimates])
-    valid = status is not Status.UNRELIABLE and math.isfinite(merged) and all(e.log_z_stderr is not None for e in estimates)
+    valid = (
+        status is not Status.UNRELIABLE
+        and math.isfinite(merged)
+        and all(e.log_z_stderr is not None for e in estimates)
+    )
     reasons = tuple(f"population {j + 1}: {r}" for j, e in enumerate(estimates) for r in e.reasons)
     return Estimate(
         log_z=top + math.log(float(np.sum(z)) / len(estimates)),
