@@ -131,8 +131,26 @@ def warnings_for(rec: dict) -> list[str]:
 _SE_METHOD = {
     "delta": "delta method",
     "replicates": "spread over repeats",
+    "smc-genealogy": "SMC genealogy, one run",
     "none": "no valid standard error",
 }
+
+
+def smc_line(smc: dict) -> str:
+    """The compact SMC line: schedule, steps, resamplings, final ESS/N, mean acceptance."""
+    runs = len(smc["steps"])
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    steps = smc["steps"][0] if runs == 1 else f"{mean(smc['steps']):.1f} (mean of {runs} runs)"
+    text = (
+        f"{smc['schedule']} schedule, K = {steps}, {mean(smc['resamplings']):.1f} resamplings "
+        f"({smc['resampling']}, ESS/N < {smc['resample']:g}), final ESS/N {mean([e or 0.0 for e in smc['final_ess']]):.2f}"
+    )
+    if smc["refine"] != "none":
+        accept = smc["mean_acceptance"]
+        text += f", {smc['refine']} acceptance {accept:.2f}" if accept is not None else f", {smc['refine']}: no moves"
+    if smc["populations"] > 1:
+        text += f"; {smc['populations']} populations of {smc['particles']}"
+    return text
 
 
 def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
@@ -188,6 +206,10 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
         "—" if ess is None else f"{ess:.1f} of {rec['num_samples']}  (ESS/N = {rec['ess_per_sample']:.3f})",
     )
     table.add_row("Pareto k̂", fmt_pareto(rec["pareto_k"]) if rec.get("pareto_tail", True) else Text("— (no tail: the largest weights are equal)", style="green"))
+    if rec.get("smc"):
+        table.add_row("SMC", smc_line(rec["smc"]))
+    if rec.get("log_z_is") is not None:
+        table.add_row("log Ẑ without SMC", fmt_log_z(rec["log_z_is"], rec.get("log_z_is_stderr")) + "  (importance sampling, same kernels)")
     if rec["loaded_from"]:
         training = f"loaded from {rec['loaded_from']}"
     else:

@@ -11,8 +11,19 @@ from mcd_cli import report, run
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
+from mcd_cli.errors import UsageError
 from mcd_cli.cli.options import (
     SAMPLER,
+    LeapfrogOpt,
+    MaxStepsOpt,
+    ParticlesOpt,
+    RefineEveryOpt,
+    RefineOpt,
+    RefineStepsOpt,
+    ResampleOpt,
+    ResamplingOpt,
+    ScheduleOpt,
+    TargetEssOpt,
     Backward,
     BatchOpt,
     ConfigOpt,
@@ -78,6 +89,7 @@ def estimate(
     ] = None,
     hidden: HiddenOpt = None,
     learn_schedule: LearnScheduleOpt = None,
+    schedule: ScheduleOpt = None,
     init: InitOpt = None,
     init_cov: InitCovOpt = None,
     step_size: StepSizeOpt = None,
@@ -117,6 +129,15 @@ def estimate(
         bool,
         typer.Option("--resume", help="Continue from the checkpoint in --checkpoint DIR, if there is one.", rich_help_panel=TRAINING),
     ] = False,
+    resample: ResampleOpt = None,
+    resampling: ResamplingOpt = None,
+    refine: RefineOpt = None,
+    refine_steps: RefineStepsOpt = None,
+    leapfrog: LeapfrogOpt = None,
+    refine_every: RefineEveryOpt = None,
+    target_ess: TargetEssOpt = None,
+    max_steps: MaxStepsOpt = None,
+    particles: ParticlesOpt = None,
     samples: SamplesOpt = None,
     seed: SeedOpt = None,
     model_index: ModelIndexOpt = None,
@@ -157,8 +178,34 @@ def estimate(
         out.strict(values, [record])
 
 
+def _schedule(values: dict) -> None:
+    """`--schedule` onto the config fields: learned/linear set `learn_schedule` (whose flags are its
+    aliases), adaptive sets `adaptive`; a contradiction, or --steps with adaptive, is refused."""
+    schedule = values.get("schedule")
+    if schedule is None:
+        return
+    learn = values.get("learn_schedule")
+    if schedule in ("linear", "learned"):
+        if learn is not None and learn != (schedule == "learned"):
+            flag = "--learn-schedule" if learn else "--fixed-schedule"
+            raise UsageError(f"--schedule {schedule} contradicts {flag}; keep one")
+        values["learn_schedule"] = schedule == "learned"
+        return
+    if learn:
+        raise UsageError("--schedule adaptive contradicts --learn-schedule; keep one")
+    if values.get("steps") is not None:
+        raise UsageError(
+            "--steps does not apply to --schedule adaptive (the number of steps is an outcome, capped "
+            "by --max-steps); drop --steps"
+        )
+    values["adaptive"] = True
+
+
 def _plan(values: dict) -> run.RunPlan:
-    settings.positive(values, "steps", "batch_size", "samples", "repeats", "hidden")
+    settings.positive(
+        values, "steps", "batch_size", "samples", "repeats", "hidden", "refine_steps", "leapfrog", "max_steps"
+    )
+    _schedule(values)
     loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
     saved = None
     if values.get("load") is not None:
@@ -178,4 +225,5 @@ def _plan(values: dict) -> run.RunPlan:
         checkpoint_dir=values.get("checkpoint"),
         checkpoint_every=settings.checkpoint_every(values),
         resume=bool(values.get("resume")),
+        particles=values.get("particles"),
     )
