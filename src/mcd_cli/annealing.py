@@ -124,9 +124,17 @@ def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool) -> 
 
 
 def log_weight(
-    key: jax.Array, params: SamplerParams, target: Target, config: SamplerConfig
+    key: jax.Array,
+    params: SamplerParams,
+    target: Target,
+    config: SamplerConfig,
+    context: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Log importance weight and final position of one particle."""
+    """Log importance weight and final position of one particle.
+
+    `context` (a datum's features, for an amortised score network) is handed to the backward
+    kernel with every transition; None for an unconditional target.
+    """
     est = registry.estimator(config.sampler, config.backward)
     forward, backward = est.forward, est.backward
     path = annealed_path(params.path, target, config)
@@ -145,6 +153,8 @@ def log_weight(
         state, log_forward, transition = forward.step(
             step_key, state, Step(k, beta, delta), path, resolved, evaluate
         )
+        if context is not None:
+            transition = transition._replace(context=context)
         log_backward = backward.log_density(params.backward, transition)
         return (state, log_w + log_backward - log_forward), None
 

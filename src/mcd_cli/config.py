@@ -49,6 +49,8 @@ class SamplerConfig:
             Gaussian at the mode), "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a
             NumPyro model's prior, mapped to the unconstrained space); fitted once per run.
         init_cov: "diag" or "full" (Laplace only: a full covariance, applied by whitening the target).
+        context_dim: size of the datum's features the score network is conditioned on (amortised
+            MCD over the data of a conditional target); 0: unconditional.
     """
 
     sampler: str = "ula"
@@ -66,6 +68,7 @@ class SamplerConfig:
     remat: bool = False
     init: str = "target"
     init_cov: str = "diag"
+    context_dim: int = 0
 
     def __post_init__(self):
         from mcd_cli.kernels import registry  # the registry imports this module's users
@@ -83,6 +86,8 @@ class SamplerConfig:
             raise ValueError(f"init must be one of {', '.join(INIT_METHODS)}, got {self.init!r}")
         if self.init_cov not in ("diag", "full"):
             raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
+        if int(self.context_dim) < 0:
+            raise ValueError(f"context_dim must be >= 0, got {self.context_dim}")
         for name in ("hidden", "time_dim", "blocks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
