@@ -116,6 +116,20 @@ class ConditionalTarget:
             indices=np.arange(array.shape[0]),
         )
 
+    def _model(self) -> tuple:
+        return (
+            self.log_density, self.initial, self.features, self.dim,
+            self.initial_mean.tobytes(), self.initial_scale.tobytes(),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when the model is the same, whatever the data: compiled functions take the data as
+        an argument, so a selection of the data (`select`) reuses the compilations of the whole."""
+        return isinstance(other, ConditionalTarget) and self._model() == other._model()
+
+    def __hash__(self) -> int:
+        return hash(self._model())
+
     @property
     def num_data(self) -> int:
         return int(self.data.shape[0])
