@@ -119,9 +119,11 @@ def render(result: dict) -> str:
     m = result["machine"]
     lines += [
         "",
-        f"Machine: {m.get('cpu')}, {m.get('cores', '?')} cores shared with other jobs (load average "
-        f"{result.get('load_before')} before, {result.get('load_after')} after), no GPU, jax {m.get('jax')}; "
-        "run pinned to one core and niced. SMC is not in this table (not in mcd-cli yet).",
+        f"Machine: {m.get('cpu_model')}, {m.get('cpu_count', '?')} cores shared with other jobs (load average "
+        f"{', '.join(f'{x:.1f}' for x in result.get('load_before', []))} before, "
+        f"{', '.join(f'{x:.1f}' for x in result.get('load_after', []))} after: the wall times are inflated and "
+        f"noisy), no GPU, jax {m.get('jax')}; run pinned to one core and niced. Wall times include compilation. "
+        "SMC is not in this table (not in mcd-cli yet).",
         "",
         f"Command: `{result['command']}`",
     ]
@@ -139,15 +141,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1024)
     parser.add_argument("--iwae-samples", type=int, default=65536)
     parser.add_argument("--init-step-size", type=float, default=0.002)
+    parser.add_argument("--estimators", default="ULA,UHA,ULA-MCD,UHA-MCD", help="comma-separated labels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "vae_table.json")
+    parser.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     args = parser.parse_args()
+    if args.render:
+        args.out.with_suffix(".md").write_text(render(json.loads(args.out.read_text())))
+        return
 
     target = load_target(str(REPO / "targets" / "vae_mnist.py"))
     stride = target.num_data // args.images
     indices = list(range(0, stride * args.images, stride))
     target = target.__class__(**{**target.__dict__, "data": target.data[indices], "indices": np.asarray(indices)})
-    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "render")}
     settings["indices"] = indices
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     if result.get("settings") != settings:
@@ -167,7 +174,7 @@ def main() -> None:
     for k in args.steps:
         for sampler, backward in ESTIMATORS:
             key = f"{LABELS[(sampler, backward)]}/K{k}"
-            if key in result["cells"]:
+            if key in result["cells"] or LABELS[(sampler, backward)] not in args.estimators.split(","):
                 continue
             sconf = SamplerConfig(
                 sampler=sampler, backward=backward, steps=k, hidden=32, init_step_size=args.init_step_size,
