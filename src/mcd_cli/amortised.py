@@ -8,7 +8,9 @@ for the log-variance loss, each datum's own variance, since the data's evidences
 datum (a separate run per datum) it is the ordinary objective of that datum's batch.
 
 The data set is an argument of the compiled functions, not a constant folded into them, so one
-compilation serves every datum, and a separate run per datum does not recompile.
+compilation serves every datum, and a separate run per datum does not recompile. Training runs
+`tconf.chunk` updates per call in one `lax.scan`, with `training`'s on-device bookkeeping
+(skipped updates, recoveries), and `training.fit` drives it.
 """
 
 from __future__ import annotations
@@ -24,19 +26,27 @@ import optax
 from mcd_cli import annealing, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
+from mcd_cli import training
 from mcd_cli.training import _all_finite, optimizer
 
 DEFAULT_DATA_BATCH = 16
 
 
 def datum_log_weights(
-    key: jax.Array, params, target: ConditionalTarget, sconf: SamplerConfig, x: jax.Array, num: int
+    key: jax.Array,
+    params,
+    target: ConditionalTarget,
+    sconf: SamplerConfig,
+    x: jax.Array,
+    num: int,
+    detach: bool = False,
 ) -> jax.Array:
-    """Log weights of `num` particles for the datum `x`, shape `(num,)`."""
+    """Log weights of `num` particles for the datum `x`, shape `(num,)` (`detach`: trajectories held
+    fixed, as the log-variance loss wants)."""
     one = datum_target(target, x)
     ctx = context(target, x) if sconf.context_dim else None
     keys = jax.random.split(key, num)
-    log_w, _ = jax.vmap(lambda k: annealing.log_weight(k, params, one, sconf, ctx))(keys)
+    log_w, _ = jax.vmap(lambda k: annealing.log_weight(k, params, one, sconf, detach, context=ctx))(keys)
     return log_w
 
 
@@ -60,28 +70,22 @@ def batch_loss(params, key, data, target, sconf, tconf, objective, data_batch):
     else:
         chosen = data[jax.random.choice(key_data, data.shape[0], (num_data,), replace=False)]
     keys = jax.random.split(key_w, num_data)
-    log_w = jax.vmap(lambda k, x: datum_log_weights(k, params, target, sconf, x, per_datum))(keys, chosen)
+    log_w = jax.vmap(
+        lambda k, x: datum_log_weights(k, params, target, sconf, x, per_datum, objective.detach)
+    )(keys, chosen)
     return jnp.mean(jax.vmap(objective)(log_w)), log_w
 
 
-@functools.lru_cache(maxsize=8)
-def compiled_update(
-    target: ConditionalTarget,
-    sconf: SamplerConfig,
-    tconf: TrainConfig,
-    data_batch: int = DEFAULT_DATA_BATCH,
-    objective: Optional[objectives.Objective] = None,
-) -> Callable:
-    """The jitted `(params, opt_state, key, lr_scale, data) -> (params, opt_state, elbo, ok)`.
+def _update_fn(target, sconf, tconf, objective, data_batch) -> Callable:
+    """The pure update `(params, opt_state, key, lr_scale, data) -> (params, opt_state, elbo, ok)`.
 
-    The same contract as `training.make_update`, with the data set as a last argument: a
-    non-finite loss or gradient leaves the parameters unchanged and returns `ok = False`.
+    The contract of `training.make_update`, with the data set as a last argument: a non-finite
+    loss or gradient leaves the parameters unchanged and returns `ok = False`.
     """
     opt = optimizer(tconf)
-    objective = objective or objectives.OBJECTIVES[tconf.objective]
+    objective = objectives.as_objective(objective or tconf.objective)
     grad_fn = jax.value_and_grad(batch_loss, has_aux=True)
 
-    @jax.jit
     def update(params, opt_state, key, lr_scale, data):
         (loss, log_w), grads = grad_fn(params, key, data, target, sconf, tconf, objective, data_batch)
         updates, new_opt_state = opt.update(grads, opt_state, params)
@@ -96,17 +100,42 @@ def compiled_update(
     return update
 
 
-def make_update(
+@functools.lru_cache(maxsize=8)
+def compiled_chunk(
+    target: ConditionalTarget,
+    sconf: SamplerConfig,
+    tconf: TrainConfig,
+    data_batch: int = DEFAULT_DATA_BATCH,
+    objective: Optional[objectives.Objective] = None,
+) -> Callable:
+    """The jitted `(state, stop, data) -> (state, elbos)`: up to `tconf.chunk` updates over `data`
+    in one `lax.scan`, with `training`'s on-device bookkeeping (see `training.make_train_chunk`)."""
+    update_fn = _update_fn(target, sconf, tconf, objective, data_batch)
+    length = int(tconf.chunk)
+
+    @jax.jit
+    def run(state, stop, data):
+        update = lambda p, s, k, lr: update_fn(p, s, k, lr, data)  # noqa: E731
+
+        def body(state, _):
+            return training._advance(update, tconf, state, stop)
+
+        return jax.lax.scan(body, state, None, length=length)
+
+    return run
+
+
+def make_train_chunk(
     target: ConditionalTarget,
     sconf: SamplerConfig,
     tconf: TrainConfig,
     data: np.ndarray,
     data_batch: int = DEFAULT_DATA_BATCH,
 ) -> Callable:
-    """An update with `training.fit`'s signature `(params, opt_state, key, lr_scale)`, over `data`."""
-    update = compiled_update(target, sconf, tconf, data_batch)
+    """A chunk with `training.fit`'s `update` signature `(state, stop) -> (state, elbos)`, over `data`."""
+    run = compiled_chunk(target, sconf, tconf, data_batch)
     data = jnp.asarray(data)
-    return lambda params, opt_state, key, lr_scale: update(params, opt_state, key, lr_scale, data)
+    return lambda state, stop: run(state, stop, data)
 
 
 @functools.lru_cache(maxsize=16)
@@ -119,7 +148,7 @@ def log_weight_chunk(target: ConditionalTarget, sconf: SamplerConfig, chunk_size
         one = datum_target(target, x)
         ctx = context(target, x) if sconf.context_dim else None
         keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(first_index + jnp.arange(chunk_size))
-        log_w, _ = jax.vmap(lambda k: annealing.log_weight(k, params, one, sconf, ctx))(keys)
+        log_w, _ = jax.vmap(lambda k: annealing.log_weight(k, params, one, sconf, context=ctx))(keys)
         return log_w
 
     return chunk

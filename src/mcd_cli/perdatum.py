@@ -89,10 +89,15 @@ def validate(plan: PerDatumPlan) -> None:
     s = plan.sconf
     if plan.num_samples < 1:
         raise UsageError(f"--samples must be at least 1, got {plan.num_samples}")
-    if s.init != "target":
+    if s.init not in ("auto", "target"):
         raise UsageError(
             f"--init {s.init} fits one initial distribution, but a conditional target has one per datum; "
-            "use --init target (the file's initial(x))"
+            "use --init target or auto (both: the file's initial(x))"
+        )
+    if s.step_size != "fixed":
+        raise UsageError(
+            "the step-size pilot fits one target; a conditional target's step sizes start at "
+            "--step-size NUMBER and are learned over the data: give a number"
         )
     if s.learn_initial:
         raise UsageError("learn_initial applies to one target, not to a data set; drop it")
@@ -108,7 +113,7 @@ def _fit(plan: PerDatumPlan, key: jax.Array, data: np.ndarray, progress: Progres
     state = init_train_state(key, one, plan.sconf, plan.tconf)
     if plan.tconf.iterations == 0:
         return state.params, 0.0, 0, 0
-    update = amortised.make_update(plan.target, plan.sconf, plan.tconf, data, plan.data_batch)
+    update = amortised.make_train_chunk(plan.target, plan.sconf, plan.tconf, data, plan.data_batch)
     callback = progress.training(label, total=plan.tconf.iterations)
     try:
         result = fit(state, one, plan.sconf, plan.tconf, callback=callback, update=update)

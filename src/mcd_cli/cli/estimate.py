@@ -26,7 +26,9 @@ from mcd_cli.cli.options import (
     IterationsOpt,
     JsonOpt,
     LearnScheduleOpt,
+    LossOpt,
     LrOpt,
+    MaxIterationsOpt,
     OutputOpt,
     ParamOpt,
     ModelOpt,
@@ -40,8 +42,10 @@ from mcd_cli.cli.options import (
     Sampler,
     SamplesOpt,
     SeedOpt,
+    StepSizeOpt,
     StrictOpt,
     TargetArg,
+    UnrollOpt,
     X64Opt,
     DEFAULT_CHECKPOINT_EVERY,
     TRAINING,
@@ -79,7 +83,11 @@ def estimate(
     learn_schedule: LearnScheduleOpt = None,
     init: InitOpt = None,
     init_cov: InitCovOpt = None,
+    step_size: StepSizeOpt = None,
+    unroll: UnrollOpt = None,
     iterations: IterationsOpt = None,
+    max_iterations: MaxIterationsOpt = None,
+    loss: LossOpt = None,
     batch_size: BatchOpt = None,
     lr: LrOpt = None,
     remat: RematOpt = None,
@@ -136,7 +144,7 @@ def estimate(
     with settings.precision(bool(values["x64"])):
         loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
         if isinstance(loaded.target, ConditionalTarget):
-            _per_datum(loaded, values)
+            _per_datum(ctx, loaded, values)
             return
         if values.get("data_index") is not None or values.get("amortise") is not None:
             given = "--data-index" if values.get("data_index") is not None else "--amortise/--separate"
@@ -185,7 +193,7 @@ _NOT_PER_DATUM = {
 }
 
 
-def _per_datum(loaded: settings.LoadedTarget, values: dict) -> None:
+def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> None:
     """A conditional target: one JSON line per datum (stdout with --json, and --output), then the summary."""
     settings.positive(values, "steps", "batch_size", "samples", "hidden")
     for name, flag in _NOT_PER_DATUM.items():
@@ -199,6 +207,13 @@ def _per_datum(loaded: settings.LoadedTarget, values: dict) -> None:
     amortise = target.amortise if values.get("amortise") is None else bool(values["amortise"])
     if amortise and values.get("context_dim") is None:
         values["context_dim"] = target.context_dim
+    if values.get("step_size") == "pilot":
+        if settings._explicit(ctx, "step_size"):
+            raise UsageError(
+                "--step-size auto fits one target by a pilot run; a conditional target's step sizes start at "
+                "--step-size NUMBER and are learned over the data: give a number"
+            )
+        values["step_size"] = "fixed"
     sconf, tconf = settings.build_configs(values, target.dim)
     plan = perdatum.PerDatumPlan(
         target=target,
