@@ -99,8 +99,6 @@ def validate(plan: PerDatumPlan) -> None:
             "the step-size pilot fits one target; a conditional target's step sizes start at "
             "--step-size NUMBER and are learned over the data: give a number"
         )
-    if s.learn_initial:
-        raise UsageError("learn_initial applies to one target, not to a data set; drop it")
     if plan.amortise and s.context_dim != plan.target.context_dim:
         raise UsageError(
             f"context_dim {s.context_dim} does not match the target's features ({plan.target.context_dim}); "
