@@ -65,6 +65,8 @@ class SamplerConfig:
             "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a NumPyro model's prior,
             mapped to the unconstrained space); fitted once per run.
         init_cov: "diag" or "full" (Laplace only: a full covariance, applied by whitening the target).
+        context_dim: size of the datum's features the score network is conditioned on (amortised
+            MCD over the data of a conditional target); 0: unconditional.
         unroll: annealing steps fused per iteration of the compiled loop (`lax.scan(unroll=)`);
             the command line picks it by device (`run.auto_unroll`).
         resample: SMC: resample when ESS/N falls below this fraction (0: never, importance sampling).
@@ -94,6 +96,7 @@ class SamplerConfig:
     remat: bool = False
     init: str = "auto"
     init_cov: str = "diag"
+    context_dim: int = 0
     unroll: int = 1
     resample: float = 0.0
     resampling: str = "multinomial"
@@ -125,6 +128,8 @@ class SamplerConfig:
             raise ValueError(f"unroll must be at least 1, got {self.unroll}")
         if self.init_cov not in ("diag", "full"):
             raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
+        if int(self.context_dim) < 0:
+            raise ValueError(f"context_dim must be >= 0, got {self.context_dim}")
         for name in ("hidden", "time_dim", "blocks", "refine_steps", "leapfrog", "max_steps"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -320,6 +320,37 @@ class RunRecord:
         return json.dumps(self.as_dict(), allow_nan=False, separators=(", ", ": "))
 
 
+def datum_record(datum: int, est: Optional[Estimate], known_log_z: Optional[float], error: str = "") -> dict:
+    """The JSON line of one datum of a conditional target (`"record": "datum"`, docs/json.md).
+
+    `est` is None when the datum's weights were all unusable (`status` `"failed"`, `error` says why).
+    """
+    if est is None:
+        return {
+            "record": "datum", "datum": int(datum), "log_z": None, "log_z_stderr": None,
+            "log_z_stderr_method": "none", "delta_stderr": None, "ess": None, "num_samples": 0,
+            "pareto_k": None, "elbo": None, "status": "failed", "reasons": [error],
+            "known_log_z": finite(known_log_z), "error": None, "seconds": 0.0,
+        }
+    return {
+        "record": "datum",
+        "datum": int(datum),
+        "log_z": finite(est.log_z),
+        "log_z_stderr": finite(est.log_z_stderr),
+        "log_z_stderr_method": est.log_z_stderr_method,
+        "delta_stderr": finite(est.delta_stderr),
+        "ess": finite(est.ess),
+        "num_samples": int(est.num_samples),
+        "pareto_k": finite(est.pareto_k),
+        "elbo": finite(est.elbo),
+        "status": est.status.value,
+        "reasons": list(est.reasons),
+        "known_log_z": finite(known_log_z),
+        "error": finite(est.log_z - known_log_z) if known_log_z is not None else None,
+        "seconds": round(float(est.seconds), 4),
+    }
+
+
 def comparison_record(comparison: Any, records: Sequence[dict], seed: int) -> dict:
     """The `kind: comparison` record of `mcd compare A B ...` (docs/json.md).
 

@@ -253,6 +253,52 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
     return table
 
 
+def per_datum_table(rec: dict) -> Table:
+    """The summary of a conditional target's per-datum estimates (the `"summary"` record)."""
+    table = Table(
+        title=f"{rec['label']} on {rec['target']} (d = {rec['dim']}), {rec['num_data']} data",
+        box=box.SIMPLE_HEAD,
+        show_header=False,
+        title_justify="left",
+    )
+    table.add_column("", style="bold")
+    table.add_column("")
+    counts = rec["counts"]
+    verdicts = Text(f"{counts['ok']} ok", style=_STATUS_STYLE["ok"] if not rec["not_ok"] else "")
+    for name in ("warn", "unreliable", "failed"):
+        if counts[name]:
+            verdicts.append(f", {counts[name]} {name}", style=_STATUS_STYLE.get(name, "bold red"))
+    table.add_row("data", f"{rec['num_data']} (indices {rec['data_index'][0]}:{rec['data_index'][1]})")
+    table.add_row("verdicts", verdicts)
+    table.add_row(
+        "estimator",
+        f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, K = {rec['steps']} steps, "
+        + ("amortised over the data" if rec["amortise"] else "a separate run per datum"),
+    )
+    mean = Text(fmt(rec["mean_log_z"]), style="bold")
+    if rec["num_estimated"] < rec["num_data"]:
+        mean.append(f"  (over the {rec['num_estimated']} data with a finite estimate)", style="")
+    table.add_row("mean log Ẑ", mean)
+    table.add_row("  ± Monte Carlo", f"{fmt(rec['mc_stderr'])}  (√(Σ se_i²)/n: the sampling error, data fixed)")
+    table.add_row("  ± over data", f"{fmt(rec['data_stderr'])}  (sd/√n: the spread of log p(x) over the data)")
+    if rec["known_mean_log_z"] is not None:
+        table.add_row(
+            "known mean",
+            f"{fmt(rec['known_mean_log_z'])}  (error {rec['mean_log_z'] - rec['known_mean_log_z']:+.3f})",
+        )
+    training = (
+        f"{rec['iterations']} iterations × batch {rec['batch_size']} ({rec['data_batch']} data each), "
+        f"lr {rec['lr']:g}, {rec['train_seconds']:.1f} s"
+    )
+    if rec["skipped_steps"] or rec["recoveries"]:
+        training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
+    table.add_row("training", training)
+    table.add_row("estimation", f"{rec['num_samples']} samples per datum, {rec['estimate_seconds']:.1f} s")
+    table.add_row("seed", str(rec["seed"]))
+    table.add_row("device", f"{rec['device']}, {rec['precision']}")
+    return table
+
+
 def compare_table(records: Sequence[dict]) -> Table:
     """The paper's layout: one row per setting, log Ẑ as mean ± standard error over repeats."""
     first = records[0]

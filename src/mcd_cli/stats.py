@@ -846,3 +846,39 @@ def advice(result: Union[Estimate, Combined]) -> str:
         )
         return "usable, but to firm it up: " + _COVER + extra
     return "nothing to fix; more samples (--samples) or repeats (--repeats) shrink the standard error"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSummary:
+    """The mean of per-datum log Ẑ over n data, with its two uncertainties.
+
+    Attributes:
+        mean: `mean_i log Ẑ(x_i)`.
+        mc_stderr: the Monte Carlo uncertainty of that mean, `sqrt(Σ se_i²) / n` (the data held
+            fixed: what more samples per datum would shrink); None when n = 0.
+        data_stderr: the spread over data, `sd_i(log Ẑ(x_i)) / √n` (what more data would shrink, as
+            an estimate of the population's mean log p(x)); None when n < 2.
+        num_data: n.
+    """
+
+    mean: float
+    mc_stderr: Optional[float]
+    data_stderr: Optional[float]
+    num_data: int
+
+
+def summarize_data(log_z: Sequence[float], stderr: Sequence[float]) -> DataSummary:
+    """Combines per-datum estimates `log_z[i] ± stderr[i]` into the mean over the data.
+
+    Example:
+        >>> s = summarize_data([1.0, 3.0], [0.3, 0.4])
+        >>> s.mean, round(s.mc_stderr, 12), s.data_stderr
+        (2.0, 0.25, 1.0)
+    """
+    v = np.asarray(log_z, dtype=np.float64)
+    se = np.asarray(stderr, dtype=np.float64)
+    if v.size == 0:
+        return DataSummary(float("nan"), None, None, 0)
+    mc = float(math.sqrt(np.sum(se * se)) / v.size)
+    spread = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else None
+    return DataSummary(float(v.mean()), mc, spread, int(v.size))

@@ -56,8 +56,28 @@ DataOpt = Annotated[
     typer.Option(
         "--data",
         help="Named arrays (.npz, .csv with a header row, or .json) bound to the target's data "
-        "arguments by name: a NumPyro model's keyword arguments.",
+        "arguments by name: a NumPyro model's keyword arguments, or a conditional target's data set "
+        "(the array named data, or the only one; one datum per row).",
         show_default=False, rich_help_panel=TARGET,
+    ),
+]
+
+DataIndexOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--data-index",
+        help="Conditional targets: estimate only the data i:j (Python slice rules; i:, :j or one index). "
+        "(default: all)",
+        show_default=False, rich_help_panel=TARGET,
+    ),
+]
+AmortiseOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--amortise/--separate",
+        help="Conditional targets: train one sampler for all the data, its score network conditioned on "
+        "the datum (amortise), or a separate run per datum. (default: the file's `amortise`, else separate)",
+        show_default=False, rich_help_panel=TRAINING,
     ),
 ]
 

@@ -26,7 +26,7 @@ momentum is left as it is, which keeps `γ_k(x) N(p; 0, M)` invariant).
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -81,7 +81,9 @@ class Transition(NamedTuple):
     """One step's Gaussian reversal, to be scored by a backward kernel.
 
     The backward density is `N(reverse; mean + score_scale · s(index, score_input), scale²)`,
-    coordinate-wise, where `s ≡ 0` is the AIS reversal.
+    coordinate-wise, where `s ≡ 0` is the AIS reversal. `context` (the datum's features, for a
+    conditional target with an amortised score network) is set by the annealing loop, not by the
+    forward kernel; None when the target is unconditional.
     """
 
     index: Array  # k
@@ -90,6 +92,7 @@ class Transition(NamedTuple):
     scale: Array  # its standard deviation (scalar or per coordinate)
     score_input: Array  # what a learned correction is conditioned on
     score_scale: Array  # how the correction enters the mean
+    context: Optional[Array] = None  # the datum the correction is also conditioned on
 
 
 def gaussian_log_density(value: Array, mean: Array, scale: Array) -> Array:
