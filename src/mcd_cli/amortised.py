@@ -9,7 +9,7 @@ datum (a separate run per datum) it is the ordinary objective of that datum's ba
 
 The data set is an argument of the compiled functions, not a constant folded into them, so one
 compilation serves every datum, and a separate run per datum does not recompile. Training runs
-`tconf.chunk` updates per call in one `lax.scan`, with `training`'s on-device bookkeeping
+`tconf.chunk` updates per call in one `lax.while_loop`, with `training`'s on-device bookkeeping
 (skipped updates, recoveries), and `training.fit` drives it.
 """
 
@@ -109,18 +109,14 @@ def compiled_chunk(
     objective: Optional[objectives.Objective] = None,
 ) -> Callable:
     """The jitted `(state, stop, data) -> (state, elbos)`: up to `tconf.chunk` updates over `data`
-    in one `lax.scan`, with `training`'s on-device bookkeeping (see `training.make_train_chunk`)."""
+    in one `lax.while_loop`, with `training`'s on-device bookkeeping (see `training.make_train_chunk`)."""
     update_fn = _update_fn(target, sconf, tconf, objective, data_batch)
     length = int(tconf.chunk)
 
     @jax.jit
     def run(state, stop, data):
         update = lambda p, s, k, lr: update_fn(p, s, k, lr, data)  # noqa: E731
-
-        def body(state, _):
-            return training._advance(update, tconf, state, stop)
-
-        return jax.lax.scan(body, state, None, length=length)
+        return training.chunk_loop(update, tconf, length)(state, stop)
 
     return run
 

@@ -6,7 +6,7 @@ come from the annealing loop, written for one particle and vmapped over the batc
 every batch is reported whatever the objective.
 
 On the device, in chunks: `make_train_chunk` compiles `TrainConfig.chunk` updates as one
-`lax.scan`, with the bookkeeping below carried on the device; the host sees the state only
+`lax.while_loop`, with the bookkeeping below carried on the device; the host sees the state only
 between chunks (progress, checkpoints, the stopping rule). Chunks end where a checkpoint is due,
 so a resumed run takes exactly the same updates as one never interrupted, and a chunk of 1 is the
 one-update-per-call loop (same parameters for the same keys).
@@ -182,43 +182,31 @@ def make_update(
     return jax.jit(_update_fn(target, sconf, tconf, objective))
 
 
-def _advance(update: Callable, tconf: TrainConfig, state: TrainState, stop: jax.Array):
-    """One update of the chunk, with the divergence bookkeeping on the device.
-
-    Inactive (the state is left as it is, ELBO NaN) once `iteration >= stop` or after the last
-    allowed recovery, so a chunk can end early at a checkpoint, the cap, or a divergence.
-    """
+def _step(update: Callable, tconf: TrainConfig, state: TrainState) -> tuple[TrainState, jax.Array]:
+    """One update with the divergence bookkeeping on the device; returns the state and the ELBO
+    (NaN when the update was skipped)."""
     window = 2 * tconf.plateau_window
-
-    def active(state):
-        i = state.iteration
-        params, opt_state, elbo, ok = update(
-            state.params, state.opt_state, jax.random.fold_in(state.key, i), state.lr_scale
-        )
-        iteration = i + 1
-        snapshot = ok & (iteration % tconf.snapshot_every == 0)
-        bad_streak = jnp.where(ok, 0, state.bad_streak + 1)
-        recover = bad_streak >= tconf.max_bad_steps
-        pick = lambda cond, a, b: jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)  # noqa: E731
-        new = state._replace(
-            params=pick(recover, state.snapshot_params, params),
-            opt_state=pick(recover, state.snapshot_opt_state, opt_state),
-            iteration=iteration,
-            lr_scale=jnp.where(recover, 0.5 * state.lr_scale, state.lr_scale),
-            skipped=state.skipped + jnp.where(ok, 0, 1),
-            recoveries=state.recoveries + jnp.where(recover, 1, 0),
-            bad_streak=jnp.where(recover, 0, bad_streak),
-            snapshot_params=pick(snapshot, params, state.snapshot_params),
-            snapshot_opt_state=pick(snapshot, opt_state, state.snapshot_opt_state),
-            recent=state.recent.at[i % window].set(jnp.where(ok, elbo, jnp.nan)),
-        )
-        return new, jnp.where(ok, elbo, jnp.nan)
-
-    def inactive(state):
-        return state, jnp.asarray(jnp.nan, dtype=state.recent.dtype)
-
-    go = (state.iteration < stop) & (state.recoveries <= tconf.max_recoveries)
-    return jax.lax.cond(go, active, inactive, state)
+    i = state.iteration
+    params, opt_state, elbo, ok = update(state.params, state.opt_state, jax.random.fold_in(state.key, i), state.lr_scale)
+    iteration = i + 1
+    snapshot = ok & (iteration % tconf.snapshot_every == 0)
+    bad_streak = jnp.where(ok, 0, state.bad_streak + 1)
+    recover = bad_streak >= tconf.max_bad_steps
+    pick = lambda cond, a, b: jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)  # noqa: E731
+    elbo = jnp.where(ok, elbo, jnp.nan).astype(state.recent.dtype)
+    new = state._replace(
+        params=pick(recover, state.snapshot_params, params),
+        opt_state=pick(recover, state.snapshot_opt_state, opt_state),
+        iteration=iteration,
+        lr_scale=jnp.where(recover, 0.5 * state.lr_scale, state.lr_scale),
+        skipped=state.skipped + jnp.where(ok, 0, 1),
+        recoveries=state.recoveries + jnp.where(recover, 1, 0),
+        bad_streak=jnp.where(recover, 0, bad_streak),
+        snapshot_params=pick(snapshot, params, state.snapshot_params),
+        snapshot_opt_state=pick(snapshot, opt_state, state.snapshot_opt_state),
+        recent=state.recent.at[i % window].set(elbo),
+    )
+    return new, elbo
 
 
 @functools.lru_cache(maxsize=8)
@@ -231,19 +219,31 @@ def make_train_chunk(
 ) -> Callable:
     """`(state, stop) -> (state, elbos)`: up to `chunk` (default `tconf.chunk`) updates in one call.
 
-    `state` is a `TrainState` whose counters are device scalars (`fit` converts); updates run
-    while `state.iteration < stop` and stop for good after `max_recoveries` recoveries (the host
-    then raises). `elbos` has one entry per slot of the chunk, NaN for skipped or idle slots.
+    `state` is a `TrainState` whose counters are device scalars (`fit` converts); a
+    `lax.while_loop` runs updates while `state.iteration < stop`, at most `chunk` of them, and
+    stops for good after `max_recoveries` recoveries (the host then raises). `elbos` has one
+    entry per slot of the chunk, NaN for skipped updates and unused slots.
     """
-    update = _update_fn(target, sconf, tconf, objective)
-    length = int(chunk or tconf.chunk)
+    return jax.jit(chunk_loop(_update_fn(target, sconf, tconf, objective), tconf, int(chunk or tconf.chunk)))
 
-    @jax.jit
+
+def chunk_loop(update: Callable, tconf: TrainConfig, length: int) -> Callable:
+    """The traceable body of `make_train_chunk` for any pure `update(params, opt_state, key,
+    lr_scale) -> (params, opt_state, elbo, ok)` (the amortised trainer passes its own)."""
+
     def run(state, stop):
-        def body(state, _):
-            return _advance(update, tconf, state, stop)
+        def more(carry):
+            state, _, j = carry
+            return (j < length) & (state.iteration < stop) & (state.recoveries <= tconf.max_recoveries)
 
-        return jax.lax.scan(body, state, None, length=length)
+        def body(carry):
+            state, elbos, j = carry
+            state, elbo = _step(update, tconf, state)
+            return state, elbos.at[j].set(elbo), j + 1
+
+        elbos = jnp.full((length,), jnp.nan, state.recent.dtype)
+        state, elbos, _ = jax.lax.while_loop(more, body, (state, elbos, jnp.asarray(0, jnp.int32)))
+        return state, elbos
 
     return run
 
