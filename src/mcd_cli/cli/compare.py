@@ -15,6 +15,11 @@ from mcd_cli.cli.options import (
     BatchOpt,
     ConfigOpt,
     DebugOpt,
+    DevicesOpt,
+    DistributedOpt,
+    CoordinatorOpt,
+    NumProcessesOpt,
+    ProcessIdOpt,
     DryRunOpt,
     HiddenOpt,
     InitCovOpt,
@@ -38,6 +43,7 @@ from mcd_cli.cli.options import (
     X64Opt,
     _S,
 )
+from mcd_cli.devices import is_primary
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry
 
@@ -121,6 +127,11 @@ def compare(
     quiet: QuietOpt = False,
     x64: X64Opt = False,
     dry_run: DryRunOpt = False,
+    devices: DevicesOpt = None,
+    distributed: DistributedOpt = False,
+    coordinator: CoordinatorOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Run a grid of estimators on TARGET and print one table in the paper's layout.
@@ -130,6 +141,7 @@ def compare(
     given = dict(locals())
     given.pop("ctx")
     values = settings.resolve(ctx, given)
+    settings.start_runtime(values)
     forwards = _split(values.get("sampler"), "sampler", _kernel_name(registry.FORWARD), ", ".join(registry.FORWARD))
     backwards = _split(values.get("backward"), "backward", _kernel_name(registry.BACKWARD), ", ".join(registry.BACKWARD))
     steps_list = _split(values.get("steps"), "steps", _steps_value, "positive integers")
@@ -151,14 +163,15 @@ def compare(
             out.dry_run(plans, values)
             return
         records = []
+        primary = is_primary()
         with out.progress(values) as progress, settings.sigterm_as_interrupt():
             for plan in plans:
                 record = run.execute(plan, progress).as_dict()
                 out.append(values, record)
-                if values.get("json"):
+                if values.get("json") and primary:
                     print(report.to_json(record), flush=True)
                 records.append(record)
-        if not values.get("json"):
+        if not values.get("json") and primary:
             report.stdout_console().print(report.compare_table(records))
         out.warn_after(records, values)
         out.strict(values, records)

@@ -17,6 +17,11 @@ from mcd_cli.cli.options import (
     BatchOpt,
     ConfigOpt,
     DebugOpt,
+    DevicesOpt,
+    DistributedOpt,
+    CoordinatorOpt,
+    NumProcessesOpt,
+    ProcessIdOpt,
     DryRunOpt,
     HiddenOpt,
     InitCovOpt,
@@ -118,6 +123,11 @@ def estimate(
     quiet: QuietOpt = False,
     x64: X64Opt = False,
     dry_run: DryRunOpt = False,
+    devices: DevicesOpt = None,
+    distributed: DistributedOpt = False,
+    coordinator: CoordinatorOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Fit the estimator to TARGET, then estimate log Z.
@@ -127,6 +137,7 @@ def estimate(
     given = dict(locals())
     given.pop("ctx")
     values = settings.resolve(ctx, given)
+    settings.start_runtime(values)
     with settings.precision(bool(values["x64"])):
         plan = _plan(values)
         run.validate(plan)

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 import typer
 import yaml
 
-from mcd_cli import safeyaml
+from mcd_cli import devices, safeyaml
 from mcd_cli.cli.app import one_line
 from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
@@ -219,8 +219,20 @@ def run_plan(loaded: LoadedTarget, sconf: SamplerConfig, tconf: TrainConfig, val
         target_args=loaded.args,
         target_model=loaded.model,
         target_data=str(loaded.data) if loaded.data is not None else None,
+        devices=devices.parse_count(values.get("devices")),
         **extra,
     )
+
+
+def start_runtime(values: dict) -> None:
+    """Joins the multi-process runtime under --distributed (before any JAX computation)."""
+    cluster = [f"--{n.replace('_', '-')}" for n in ("coordinator", "num_processes", "process_id") if values.get(n) is not None]
+    if not values.get("distributed"):
+        if cluster:
+            verb = "needs" if len(cluster) == 1 else "need"
+            raise UsageError(f"{', '.join(cluster)} {verb} --distributed; add it or drop them")
+        return
+    devices.initialize(values.get("coordinator"), values.get("num_processes"), values.get("process_id"))
 
 
 def checkpoint_every(values: dict) -> int:
