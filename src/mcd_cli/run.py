@@ -491,7 +491,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         template = annealing.init_params(root, target, s)
         loaded, meta = checkpoint.load_params(plan.load, template)
         t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
-    update = make_update(target, s, t) if loaded is None and t.iterations > 0 else None
+    update = make_update(target, s, t, sharding=layout.particles) if loaded is None and t.iterations > 0 else None
     histories = []
     for repeat in range(plan.repeats):
         key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
 
 from mcd_cli import annealing, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
@@ -88,9 +89,14 @@ def batch_loss(
     sconf: SamplerConfig,
     batch_size: int,
     objective: objectives.Objective,
+    sharding: Optional[NamedSharding] = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """The objective of one batch of log weights, and the batch's log weights."""
-    log_w = annealing.log_weights(key, params, target, sconf, batch_size)
+    """The objective of one batch of log weights, and the batch's log weights.
+
+    `sharding` splits the batch's particles over its mesh (`devices.Layout.particles`); the
+    parameters stay replicated and XLA inserts the reduction of the batch mean.
+    """
+    log_w = annealing.log_weights(key, params, target, sconf, batch_size, sharding)
     return objective(log_w), log_w
 
 
@@ -130,10 +136,13 @@ def make_update(
     sconf: SamplerConfig,
     tconf: TrainConfig,
     objective: Optional[objectives.Objective] = None,
+    sharding: Optional[NamedSharding] = None,
 ) -> Callable:
     """The jitted update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
 
     `objective` defaults to the one `tconf.objective` names; `elbo` is the batch's mean log weight.
+    `sharding` (of the particle axis; the batch size a multiple of its device count) shards the
+    batch over its devices.
     Cached, so the repeats of a run and the seeds of a benchmark compile the update once.
 
     `lr_scale` multiplies Adam's step (it is halved by recoveries) and is a traced argument, so
@@ -146,7 +155,7 @@ def make_update(
 
     @jax.jit
     def update(params, opt_state, key, lr_scale):
-        (loss, log_w), grads = grad_fn(params, key, target, sconf, tconf.batch_size, objective)
+        (loss, log_w), grads = grad_fn(params, key, target, sconf, tconf.batch_size, objective, sharding)
         updates, new_opt_state = opt.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: lr_scale * u, updates)
         new_params = optax.apply_updates(params, updates)
