@@ -51,6 +51,9 @@ EQUALITY_SCRIPT = textwrap.dedent(
         plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(batch_size=6), num_samples=200, devices=4)
         out["notes"] = run.rounding_notes(plan)
         out["batch"] = run.sharded_plan(plan).tconf.batch_size
+        out["notes_even"] = run.rounding_notes(dataclasses.replace(plan, tconf=TrainConfig(batch_size=8)))
+        out["notes_small"] = run.rounding_notes(dataclasses.replace(plan, num_samples=10, devices=2))
+        out["notes_odd"] = run.rounding_notes(dataclasses.replace(plan, num_samples=9, tconf=TrainConfig(batch_size=8)))
     else:
         sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8)
         tconf = TrainConfig(iterations=20, batch_size=8, lr=0.01)
@@ -98,10 +101,14 @@ def test_same_log_weights_and_log_z_on_1_2_4_devices(estimation):
         assert abs(summarize(np.asarray(estimation["weights"][n])).log_z - log_z) < 1e-5
 
 
-def test_batch_rounded_to_a_multiple_of_the_devices_with_a_message(estimation):
+def test_sizes_rounded_to_a_multiple_of_the_devices_with_a_message(estimation):
     assert estimation["batch"] == 8
     assert len(estimation["notes"]) == 1
-    assert "--batch-size 6 rounded up to 8" in estimation["notes"][0]
+    assert "--batch-size 6 rounded up to 8, a multiple of the 4 devices" in estimation["notes"][0]
+    assert estimation["notes_even"] == []  # nothing rounded, nothing said
+    assert estimation["notes_small"] == []  # batch 6 and chunk 10 on 2 devices
+    (odd,) = estimation["notes_odd"]
+    assert "chunks rounded up to 12 particles" in odd and "--samples 9" in odd
 
 
 @pytest.mark.slow

@@ -364,15 +364,20 @@ def sharded_plan(plan: RunPlan) -> RunPlan:
 
 def rounding_notes(plan: RunPlan) -> list[str]:
     """One line for each size rounded to a multiple of the device count."""
-    count, batch, _ = sharded_sizes(plan)
-    training = plan.load is None and plan.tconf.iterations > 0
-    if not training or batch == plan.tconf.batch_size:
-        return []
-    return [
-        f"--batch-size {plan.tconf.batch_size} rounded up to {batch}, a multiple of the {count} devices "
-        f"the particles are sharded over (the training then differs from a {plan.tconf.batch_size}-particle "
-        f"one); give a multiple of {count} to keep it"
-    ]
+    count, batch, chunk = sharded_sizes(plan)
+    notes = []
+    if plan.load is None and plan.tconf.iterations > 0 and batch != plan.tconf.batch_size:
+        notes.append(
+            f"--batch-size {plan.tconf.batch_size} rounded up to {batch}, a multiple of the {count} devices "
+            f"the particles are sharded over (the training then differs from a {plan.tconf.batch_size}-particle "
+            f"one); give a multiple of {count} to keep it"
+        )
+    if chunk != min(plan.chunk_size, plan.num_samples):
+        notes.append(
+            f"estimation chunks rounded up to {chunk} particles, a multiple of the {count} devices; the "
+            f"particles past --samples {plan.num_samples} are computed and dropped (the estimate is unchanged)"
+        )
+    return notes
 
 
 # --------------------------------------------------------------------------------------------
