@@ -188,7 +188,7 @@ def write_markdown(data: dict, path: Path) -> None:
         f"batch {s['batch_size']}, estimation chunks of {s['chunk_size']}; medians of {s['repeats']} "
         "interleaved repeats; ratios are time ratios to the unsharded path, computed within a repeat.",
         "",
-        "| path | training ms/update | ratio | estimation particles/s | ratio | max abs Δ log w vs unsharded |",
+        "| path | training ms/update | time ratio | estimation particles/s | time ratio | max abs Δ log w vs unsharded |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, c in data["cells"].items():
