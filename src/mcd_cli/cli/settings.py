@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import os
 import signal
 import sys
 from pathlib import Path
@@ -232,7 +233,22 @@ def start_runtime(values: dict) -> None:
             verb = "needs" if len(cluster) == 1 else "need"
             raise UsageError(f"{', '.join(cluster)} {verb} --distributed; add it or drop them")
         return
+    results_only_on_stdout()
     devices.initialize(values.get("coordinator"), values.get("num_processes"), values.get("process_id"))
+
+
+def results_only_on_stdout() -> None:
+    """Keeps stdout for results: the runtime's native libraries (Gloo, between CPU processes) print
+    to file descriptor 1, which from here on goes to stderr, while `sys.stdout` writes to a
+    duplicate of the original stdout."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test runner's capture)
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    os.dup2(sys.stderr.fileno(), fd)
+    sys.stdout = os.fdopen(saved, "w", buffering=1, encoding=sys.stdout.encoding, errors=sys.stdout.errors)
 
 
 def checkpoint_every(values: dict) -> int:
