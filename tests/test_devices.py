@@ -61,7 +61,7 @@ EQUALITY_SCRIPT = textwrap.dedent(
         out["initial"] = leaves(state.params)
         out["params"] = {}
         for n in (1, 2, 4):
-            update = training.make_update(target, sconf, tconf, sharding=devices.particle_layout(n).particles)
+            update = training.make_train_chunk(target, sconf, tconf, sharding=devices.particle_layout(n).particles)
             result = training.fit(state, target, sconf, tconf, update=update)
             assert result.state.iteration == 20 and result.skipped == 0
             out["params"][n] = leaves(result.params)

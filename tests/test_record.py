@@ -8,7 +8,7 @@ from conftest import NO_TRAIN, TINY, records
 from mcd_cli import RunPlan, SamplerConfig, TrainConfig, execute, load_target
 from mcd_cli.record import SCHEMA_VERSION
 
-_TIMINGS = ("train_seconds", "estimate_seconds")
+_TIMINGS = ("train_seconds", "estimate_seconds", "start_seconds")
 
 
 @pytest.mark.parametrize("settings", [TINY + ["--iterations", "3", "--sampler", "uha", "--backward", "mcd"], NO_TRAIN])

@@ -77,22 +77,52 @@ def test_mcd_beats_ais_on_narrow_gaussian():
 
 
 def test_update_compiles_once():
-    tconf = TrainConfig(iterations=2, batch_size=8)
+    tconf = TrainConfig(iterations=2, batch_size=8, chunk=3)
     sconf = SamplerConfig(sampler="uha", backward="mcd", steps=4, hidden=8)
     state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
-    update = training.make_update(MIXTURE, sconf, tconf)
+    update = training.make_train_chunk(MIXTURE, sconf, tconf)
     result = training.fit(state, MIXTURE, sconf, tconf, update=update)
     assert update._cache_size() == 1
-    # Recovery halves the learning rate through a traced argument: still no recompilation.
+    # Recovery halves the learning rate, a traced value; chunks ending early at a checkpoint or
+    # the cap pass `stop` as a traced value too: still no recompilation.
     halved = result.state._replace(lr_scale=0.5)
-    training.fit(halved, MIXTURE, sconf, dataclasses.replace(tconf, iterations=4), update=update)
+    training.fit(
+        halved, MIXTURE, sconf, dataclasses.replace(tconf, iterations=7), update=update,
+        checkpoint_every=2, on_checkpoint=lambda s: None,
+    )
     assert update._cache_size() == 1
+
+
+@pytest.mark.parametrize("objective", ["elbo", "logvar"])
+def test_chunked_loop_equals_one_update_per_call(objective):
+    # The same keys give the same parameters whether updates run one per call or 7 / 50 per call
+    # (float32: the scan body may be fused differently from the single jitted update).
+    target = Target.create(lambda x: -0.5 * jnp.sum(((x - 1.0) / 0.5) ** 2), dim=3, initial_scale=1.0)
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8)
+    results = []
+    for chunk in (1, 7, 50):
+        tconf = TrainConfig(iterations=20, batch_size=16, chunk=chunk, objective=objective, lr=1e-2)
+        state = training.init_train_state(jax.random.key(0), target, sconf, tconf)
+        results.append(training.fit(state, target, sconf, tconf))
+    # The reference: the public single update called once per iteration on the host.
+    tconf = TrainConfig(iterations=20, batch_size=16, objective=objective, lr=1e-2)
+    state = training.init_train_state(jax.random.key(0), target, sconf, tconf)
+    update = training.make_update(target, sconf, tconf)
+    params, opt_state = state.params, state.opt_state
+    for i in range(20):
+        params, opt_state, _, ok = update(params, opt_state, jax.random.fold_in(state.key, i), jnp.float32(1.0))
+        assert bool(ok)
+    for result in results:
+        assert result.state.iteration == 20
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(result.params)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(results[0].elbo_history, results[2].elbo_history, rtol=1e-6)
 
 
 def test_resume_is_bit_identical():
     sconf = SamplerConfig(sampler="uha", backward="mcd", steps=4, hidden=8)
     tconf = TrainConfig(iterations=10, batch_size=8)
-    update = training.make_update(MIXTURE, sconf, tconf)
+    update = training.make_train_chunk(MIXTURE, sconf, tconf)
     state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
     full = training.fit(state, MIXTURE, sconf, tconf, update=update)
     saved = []
@@ -130,12 +160,12 @@ def test_persistent_divergence_recovers_then_gives_up():
     with pytest.raises(training.TrainingDiverged, match="diverged"):
         training.fit(state, target, sconf, tconf, callback=lambda i, elbo: seen.append(i))
     # Two recoveries after 3 bad steps each; the 3rd bad streak's last update gives up.
-    assert len(seen) == 8
+    assert len(seen) == 9
 
 
 def test_interrupt_carries_last_state():
     sconf = SamplerConfig(sampler="ula", backward="ais", steps=2)
-    tconf = TrainConfig(iterations=10, batch_size=4)
+    tconf = TrainConfig(iterations=10, batch_size=4, chunk=2)
     state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
 
     def interrupt(i, elbo):
@@ -144,4 +174,36 @@ def test_interrupt_carries_last_state():
 
     with pytest.raises(training.TrainingInterrupted) as info:
         training.fit(state, MIXTURE, sconf, tconf, callback=interrupt)
-    assert info.value.state.iteration == 5
+    # The state of the chunk (updates 4 and 5) whose progress was being reported.
+    assert info.value.state.iteration == 6
+
+
+def test_plateau_rule_on_synthetic_curves():
+    rng = np.random.default_rng(0)
+    window = 50
+    noise = rng.normal(size=2 * window)
+    # Flat: stops. Rising by 1 per window against unit noise (gain 1 > 2 × 0.2): goes on.
+    assert training.plateaued(noise, 2 * window, window)
+    assert not training.plateaued(noise + np.repeat([0.0, 1.0], window), 2 * window, window)
+    # Too few updates, or a window mostly skipped: no decision yet.
+    assert not training.plateaued(noise, 2 * window - 1, window)
+    skipped = noise.copy()
+    skipped[window : window + 30] = np.nan
+    assert not training.plateaued(skipped, 2 * window, window)
+    # The ring buffer is read in iteration order: update i sits at i mod 2W.
+    rising = np.repeat([0.0, 5.0], window) + 0.1 * noise
+    assert not training.plateaued(rising, 2 * window, window)
+    assert training.plateaued(np.roll(rising, window), 2 * window, window)  # the "new" half is now lower
+
+
+def test_training_stops_when_the_elbo_plateaus():
+    # Learning rate ~0: the ELBO is flat from the start, so the rule stops at its first check.
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=4)
+    tconf = TrainConfig(iterations=500, batch_size=16, lr=1e-9, stop="plateau", plateau_window=10, chunk=5)
+    state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
+    result = training.fit(state, MIXTURE, sconf, tconf)
+    assert result.stop_reason == "plateau"
+    assert 20 <= result.state.iteration <= 40
+    assert result.elbo_history.shape == (result.state.iteration,)
+    fixed = training.fit(state, MIXTURE, sconf, dataclasses.replace(tconf, stop="fixed", iterations=30))
+    assert fixed.stop_reason == "iterations" and fixed.state.iteration == 30

@@ -42,7 +42,6 @@ class PathParams(NamedTuple):
 
     step_size: dict  # the step-size MLP of δ_k
     schedule: Optional[dict]  # learned β (None: linear β_k = k / K)
-    initial: Optional[dict]  # learned π0 = N(mean, exp(log_scale)²) (None: the target's)
 
 
 class SamplerParams(NamedTuple):
@@ -53,23 +52,30 @@ class SamplerParams(NamedTuple):
     backward: Any
 
 
-def init_params(key: jax.Array, target: Target, config: SamplerConfig) -> SamplerParams:
+def init_params(
+    key: jax.Array, target: Target, config: SamplerConfig, step_sizes: Optional[np.ndarray] = None
+) -> SamplerParams:
     """Initial parameters of the configured estimator (MCD starts equal to AIS).
 
-    The key is split into (path, forward, backward) keys, whatever the kernels.
+    The key is split into (path, forward, backward) keys, whatever the kernels. `step_sizes`
+    (shape `(K,)`, e.g. from `initialization.pilot_step_sizes`) sets the initial δ_k per step;
+    default: `config.init_step_size` at every step.
     """
     est = registry.estimator(config.sampler, config.backward)
     k_path, k_forward, k_backward = jax.random.split(key, 3)
-    initial = None
-    if config.learn_initial:
-        initial = {
-            "mean": jnp.asarray(target.initial_mean, dtype=jnp.float32),
-            "log_scale": jnp.log(jnp.asarray(target.initial_scale, dtype=jnp.float32)),
-        }
+    if config.step_size == "pilot" or step_sizes is not None:
+        from mcd_cli.initialization import step_size_params
+
+        # One hidden unit per step, so any per-step sizes are representable (the pilot's);
+        # without sizes, constant ones give the same structure (a template to load into).
+        if step_sizes is None:
+            step_sizes = np.full(config.steps, config.init_step_size)
+        step_size = step_size_params(step_sizes, config.max_step_size)
+    else:
+        step_size = schedules.init_step_size(k_path, config.init_step_size, config.max_step_size)
     path = PathParams(
-        step_size=schedules.init_step_size(k_path, config.init_step_size, config.max_step_size),
+        step_size=step_size,
         schedule=schedules.init_schedule(config.steps) if config.learn_schedule else None,
-        initial=initial,
     )
     in_dim = est.forward.score_input_dim(target.dim)
     return SamplerParams(
@@ -81,16 +87,11 @@ def init_params(key: jax.Array, target: Target, config: SamplerConfig) -> Sample
 
 def annealed_path(params: PathParams, target: Target, config: SamplerConfig) -> AnnealedPath:
     """Resolves the per-step quantities from the parameters (once per trajectory)."""
-    if params.initial is not None:
-        mean, scale = params.initial["mean"], jnp.exp(params.initial["log_scale"])
-    else:
-        mean = jnp.asarray(target.initial_mean, dtype=jnp.result_type(float))
-        scale = jnp.asarray(target.initial_scale, dtype=jnp.result_type(float))
     return AnnealedPath(
         step_sizes=schedules.step_sizes(params.step_size, config.steps, config.max_step_size),
         betas=schedules.betas(params.schedule, config.steps),
-        init_mean=mean,
-        init_scale=scale,
+        init_mean=jnp.asarray(target.initial_mean, dtype=jnp.result_type(float)),
+        init_scale=jnp.asarray(target.initial_scale, dtype=jnp.result_type(float)),
     )
 
 
@@ -100,8 +101,11 @@ def remat_segments(steps: int) -> tuple[int, int]:
     return steps // inner, inner
 
 
-def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool) -> Any:
+def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool, unroll: int = 1) -> Any:
     """Runs `step` over the K per-step inputs `xs`; returns the final carry.
+
+    `unroll` steps are fused into one iteration of the compiled loop (`lax.scan(..., unroll=)`):
+    fewer, larger kernels per step on an accelerator, at the cost of compile time.
 
     With `remat`, the scan is split into `outer × inner` segments and each segment is a
     `jax.checkpoint`: reverse-mode differentiation then stores only the `outer` carries between
@@ -109,7 +113,7 @@ def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool) -> 
     (memory O(√K) in the trajectory instead of O(K)), at the cost of a second forward pass.
     """
     if not remat:
-        carry, _ = jax.lax.scan(step, carry, xs)
+        carry, _ = jax.lax.scan(step, carry, xs, unroll=max(1, min(unroll, steps)))
         return carry
     outer, inner = remat_segments(steps)
     segmented = jax.tree.map(lambda a: a.reshape((outer, inner) + a.shape[1:]), xs)
@@ -117,7 +121,7 @@ def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool) -> 
 
     @jax.checkpoint
     def segment(c, seg_xs):
-        c, _ = jax.lax.scan(step_ckpt, c, seg_xs)
+        c, _ = jax.lax.scan(step_ckpt, c, seg_xs, unroll=max(1, min(unroll, inner)))
         return c, None
 
     carry, _ = jax.lax.scan(segment, carry, segmented)
@@ -125,9 +129,14 @@ def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool) -> 
 
 
 def log_weight(
-    key: jax.Array, params: SamplerParams, target: Target, config: SamplerConfig
+    key: jax.Array, params: SamplerParams, target: Target, config: SamplerConfig, detach: bool = False
 ) -> tuple[jax.Array, jax.Array]:
-    """Log importance weight and final position of one particle."""
+    """Log importance weight and final position of one particle.
+
+    With `detach`, the trajectory is held fixed: its value is the same, but derivatives in the
+    parameters are taken at the fixed points (the kernels' log densities there), never along the
+    trajectory (the log-variance loss; needs a `detachable` forward kernel).
+    """
     est = registry.estimator(config.sampler, config.backward)
     forward, backward = est.forward, est.backward
     path = annealed_path(params.path, target, config)
@@ -135,7 +144,14 @@ def log_weight(
     evaluate = jax.value_and_grad(target.log_density)
     key_x, key_kernel, key_steps = jax.random.split(key, 3)
 
+    if detach and not forward.detachable:
+        raise ValueError(
+            f"the {forward.label} forward kernel has no density at fixed points, so its trajectories "
+            "cannot be held fixed; train it with the ELBO"
+        )
     x0 = path.sample_initial(key_x)
+    if detach:
+        x0 = jax.lax.stop_gradient(x0)
     log_target0, target_grad0 = evaluate(x0)
     state, log_w0 = forward.init(key_kernel, x0, log_target0, target_grad0, resolved)
     log_w0 = log_w0 - path.initial_log_density(x0)
@@ -143,8 +159,10 @@ def log_weight(
     def one_step(carry, inputs):
         state, log_w = carry
         k, delta, beta, step_key = inputs
+        if detach:
+            state = jax.lax.stop_gradient(state)
         state, log_forward, transition = forward.step(
-            step_key, state, Step(k, beta, delta), path, resolved, evaluate
+            step_key, state, Step(k, beta, delta, detach), path, resolved, evaluate
         )
         log_backward = backward.log_density(params.backward, transition)
         return (state, log_w + log_backward - log_forward), None
@@ -155,7 +173,9 @@ def log_weight(
         path.betas[1:],
         jax.random.split(key_steps, config.steps),
     )
-    state, log_w = scan_steps(one_step, (state, log_w0), inputs, config.steps, config.remat)
+    state, log_w = scan_steps(one_step, (state, log_w0), inputs, config.steps, config.remat, config.unroll)
+    if detach:
+        state = jax.lax.stop_gradient(state)
     return log_w + forward.finish(state, resolved), state.position
 
 
@@ -165,6 +185,7 @@ def log_weights(
     target: Target,
     config: SamplerConfig,
     num: int,
+    detach: bool = False,
     sharding: Optional[NamedSharding] = None,
 ) -> jax.Array:
     """Log importance weights of `num` independent particles, shape `(num,)`.
@@ -175,7 +196,7 @@ def log_weights(
     keys = jax.random.split(key, num)
     if sharding is not None:
         keys = jax.lax.with_sharding_constraint(keys, sharding)
-    log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config))(keys)
+    log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config, detach))(keys)
     return log_w
 
 

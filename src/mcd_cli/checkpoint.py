@@ -40,7 +40,7 @@ import numpy as np
 from mcd_cli.errors import UsageError
 
 FORMAT = "mcd-cli"
-FORMAT_VERSION = 2  # 2: parameters and states are the NamedTuple pytrees of mcd-cli 0.2
+FORMAT_VERSION = 3  # 2: NamedTuple pytrees; 3: the training state carries the recent ELBOs (--iterations auto)
 PARAMS_KIND = "params"
 STATE_KIND = "train-state"
 _META = "__meta__"

@@ -10,7 +10,9 @@ import dataclasses
 
 
 MAX_DEFAULT_HIDDEN = 512
-INIT_METHODS = ("target", "laplace", "vi", "prior")  # the paper's width
+INIT_METHODS = ("auto", "target", "laplace", "vi", "prior")
+STEP_SIZE_RULES = ("pilot", "fixed")
+STOP_RULES = ("plateau", "fixed")
 
 
 def hidden_for(dim: int) -> int:
@@ -40,15 +42,22 @@ class SamplerConfig:
         blocks: residual blocks of the score network (MCD only).
         learn_schedule: learn the annealing schedule β (else linear β_k = k/K).
         learn_mass: learn the diagonal mass matrix (UHA only).
-        learn_initial: learn a diagonal Gaussian initial distribution (starting from the target's).
-        init_step_size: step size every step starts from (must be below `max_step_size`).
+        step_size: how the step sizes δ_k start: "pilot" (per step, from the curvature along the
+            path measured by a short pilot run: `initialization.pilot_step_sizes`) or "fixed"
+            (`init_step_size` at every step). Either way they are then learned.
+        init_step_size: step size every step starts from with `step_size="fixed"` (must be below
+            `max_step_size`).
         max_step_size: upper bound of the learned step sizes (the paper's 0.25).
         init_damping: initial momentum damping h ∈ (0.01, 0.99) (UHA only).
         remat: rematerialise the scan over steps in nested segments (memory O(√K) when training).
-        init: the initial distribution π0: "target" (the target's declared one), "laplace" (a
-            Gaussian at the mode), "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a
-            NumPyro model's prior, mapped to the unconstrained space); fitted once per run.
+        init: the initial distribution π0: "auto" (the target's own when it declares one, else
+            VI from several starting points: `initialization.fit_initial`), "target" (the
+            target's, declared or the N(0, I) fallback), "laplace" (a Gaussian at the mode),
+            "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a NumPyro model's prior,
+            mapped to the unconstrained space); fitted once per run.
         init_cov: "diag" or "full" (Laplace only: a full covariance, applied by whitening the target).
+        unroll: annealing steps fused per iteration of the compiled loop (`lax.scan(unroll=)`);
+            the command line picks it by device (`run.auto_unroll`).
     """
 
     sampler: str = "ula"
@@ -59,13 +68,14 @@ class SamplerConfig:
     blocks: int = 3
     learn_schedule: bool = False
     learn_mass: bool = True
-    learn_initial: bool = False
+    step_size: str = "fixed"
     init_step_size: float = 0.05
     max_step_size: float = 0.25
     init_damping: float = 0.9
     remat: bool = False
-    init: str = "target"
+    init: str = "auto"
     init_cov: str = "diag"
+    unroll: int = 1
 
     def __post_init__(self):
         from mcd_cli.kernels import registry  # the registry imports this module's users
@@ -81,6 +91,10 @@ class SamplerConfig:
             raise ValueError(f"init_damping must lie in (0.01, 0.99), got {self.init_damping}")
         if self.init not in INIT_METHODS:
             raise ValueError(f"init must be one of {', '.join(INIT_METHODS)}, got {self.init!r}")
+        if self.step_size not in STEP_SIZE_RULES:
+            raise ValueError(f"step_size must be one of {', '.join(STEP_SIZE_RULES)}, got {self.step_size!r}")
+        if int(self.unroll) < 1:
+            raise ValueError(f"unroll must be at least 1, got {self.unroll}")
         if self.init_cov not in ("diag", "full"):
             raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
         for name in ("hidden", "time_dim", "blocks"):
@@ -100,7 +114,11 @@ class TrainConfig:
     """How the sampler's parameters are fitted (an objective of the batch's log weights, with Adam).
 
     Attributes:
-        iterations: number of optimiser updates (0 = no training).
+        iterations: number of optimiser updates (0 = no training); the cap with `stop="plateau"`.
+        stop: "fixed" (run `iterations` updates) or "plateau" (stop earlier once the ELBO has
+            stopped improving beyond its noise: `training.plateaued`).
+        plateau_window: `W`, the window of the plateau rule (updates).
+        chunk: updates per call to the device (`lax.scan`); the host syncs only between chunks.
         objective: what training minimises, a name in `objectives.OBJECTIVES` ("elbo": the negative
             ELBO; "logvar": the variance of the log weights).
         batch_size: particles per ELBO estimate.
@@ -113,6 +131,9 @@ class TrainConfig:
     """
 
     iterations: int = 1000
+    stop: str = "fixed"
+    plateau_window: int = 100
+    chunk: int = 50
     objective: str = "elbo"
     batch_size: int = 128
     lr: float = 1e-3
@@ -128,6 +149,11 @@ class TrainConfig:
 
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.stop not in STOP_RULES:
+            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {self.stop!r}")
+        for name in ("plateau_window", "chunk"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if int(self.batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if not (self.lr > 0 and self.lr < float("inf")):

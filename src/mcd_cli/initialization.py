@@ -77,7 +77,9 @@ Array = Any
 K_HAT_WARN = 0.7  # PSIS: above this, the proposal misses part of the target's mass
 NEWTON_DECREMENT_TOL = 1e-2  # `gᵀ H⁻¹ g`: twice the log-density gain a further Newton step promises
 MODE_SEPARATION = 3.0  # end points further apart than this many fitted standard deviations differ
+BARRIER_NATS = 1.0  # ... unless log γ dips by at most this much on the segment between them
 METHODS = ("auto", "target", "laplace", "vi")
+AUTO_FULL_MAX_DIM = 256  # "auto" also tries the full-covariance Laplace fit up to this dimension
 COVARIANCES = ("diag", "full")
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -375,7 +377,7 @@ def laplace(
     # modes; the others stalled on the way and say nothing about the number of modes.
     end_decrements = np.sum((np.asarray(end_grads, np.float64) * gaussian.scale) ** 2, axis=1)
     at_mode = np.isfinite(values) & (end_decrements < NEWTON_DECREMENT_TOL)
-    modes = len(set(_cluster(np.asarray(ends, np.float64)[at_mode], gaussian.scale))) if at_mode.any() else 1
+    modes = len(set(_cluster(np.asarray(ends, np.float64)[at_mode], gaussian.scale, target))) if at_mode.any() else 1
     if modes > 1:
         finite = values[np.isfinite(values)]
         warnings.append(
@@ -391,14 +393,27 @@ def laplace(
     return InitFit(f"laplace-{cov}", gaussian, converged, steps, value, log_z, check, tuple(warnings), modes)
 
 
-def _cluster(points: np.ndarray, scale: np.ndarray) -> list[int]:
-    """A cluster label per point: points within `MODE_SEPARATION` scales (every coordinate) of a
-    cluster's first point join it."""
+def _barrier(target: Target, a: np.ndarray, b: np.ndarray, points: int = 17) -> float:
+    """How far `log γ` dips below the lower of its two end values on the segment from a to b."""
+    t = np.linspace(0.0, 1.0, points)[:, None]
+    line = jnp.asarray((1.0 - t) * a + t * b, dtype=jnp.result_type(float))
+    values = np.asarray(jax.vmap(target.log_density)(line), dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        return math.inf
+    return float(min(values[0], values[-1]) - values.min())
+
+
+def _cluster(points: np.ndarray, scale: np.ndarray, target: Optional[Target] = None) -> list[int]:
+    """A cluster label per point: a point joins the first cluster whose first point is within
+    `MODE_SEPARATION` scales (every coordinate), or, given the target, from which the segment
+    shows no barrier of log γ deeper than `BARRIER_NATS` (the same basin: a slow, ill-conditioned
+    fit ends at scattered points of one mode; separate modes have a dip between them)."""
     centres: list[np.ndarray] = []
     labels = []
     for p in points:
         for i, c in enumerate(centres):
-            if np.max(np.abs(p - c) / scale) <= MODE_SEPARATION:
+            near = np.max(np.abs(p - c) / scale) <= MODE_SEPARATION
+            if near or (target is not None and _barrier(target, c, p) <= BARRIER_NATS):
                 labels.append(i)
                 break
         else:
@@ -506,7 +521,7 @@ def _vi_fit(target: Target, runs: _VIRuns, key: jax.Array, check_samples: int) -
             f"the tenth before {np.mean(trace[-2 * tail : -tail]):.2f}); raise the number of steps"
         )
     finite = np.isfinite(runs.final)
-    modes = len(set(_cluster(runs.means[finite], gaussian.scale)))
+    modes = len(set(_cluster(runs.means[finite], gaussian.scale, target)))
     if modes > 1:
         good = runs.final[np.isfinite(runs.final)]
         warnings.append(
@@ -580,7 +595,10 @@ def fit_initial(
     "auto": the declared distribution when the target sets one explicitly (`explicit_initial`);
     otherwise VI from `restarts + 1` starting points, and when these end at different modes, the
     Gaussian matching the mean and variance of an equal-weight mixture of one fit per mode (it
-    covers every mode found, where a single fit would cover one), with a warning.
+    covers every mode found, where a single fit would cover one), with a warning. When VI finds
+    one mode and `d ≤ AUTO_FULL_MAX_DIM`, the full-covariance Laplace fit is tried too and kept
+    when it converged and its ELBO as a proposal (`check.elbo`) is higher: exact on a conjugate
+    regression, where the mean-field fit misses the correlations; worse on a funnel, where it loses.
 
     Example:
         >>> from mcd_cli.targets import Target
@@ -604,11 +622,21 @@ def fit_initial(
     runs = _vi_runs(target, k_runs, int(vi_steps), 16, 0.1, int(restarts))
     best = _vi_fit(target, runs, k_best, check_samples)
     if best.modes == 1:
-        return best._replace(method="auto:vi")
+        best = best._replace(method="auto:vi")
+        if target.dim > AUTO_FULL_MAX_DIM:
+            return best
+        # A correlated unimodal posterior (a regression) is covered far better by the full
+        # Laplace Gaussian; a funnel is not. Keep whichever has the higher ELBO as a proposal,
+        # and Laplace only when it converged to one mode.
+        k_laplace = jax.random.fold_in(k_fit, 1)
+        full = laplace(target, cov="full", max_steps=max_steps, restarts=1, key=k_laplace, check_samples=check_samples)
+        if full.converged and full.modes == 1 and full.gaussian.chol is not None and full.check.elbo > best.check.elbo:
+            return full._replace(method="auto:laplace-full")
+        return best
     # One fit per mode found (the best ELBO in each cluster), weighted equally: how much mass each
     # mode holds is unknown, and the point is to cover every one.
     ok = np.flatnonzero(np.isfinite(runs.final))
-    labels = np.array(_cluster(runs.means[ok], best.gaussian.scale))
+    labels = np.array(_cluster(runs.means[ok], best.gaussian.scale, target))
     keep = [ok[labels == c][np.argmax(runs.final[ok[labels == c]])] for c in np.unique(labels)]
     means, variances = runs.means[keep], runs.scales[keep] ** 2
     mean = means.mean(axis=0)

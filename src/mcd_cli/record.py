@@ -96,6 +96,20 @@ class TargetInfo:
         )
 
 
+def _summary(sizes: Optional[tuple]) -> Optional[dict]:
+    """The pilot's step sizes in brief: first, median, last, smallest and largest."""
+    if not sizes:
+        return None
+    values = sorted(sizes)
+    return {
+        "first": sizes[0],
+        "median": values[len(values) // 2],
+        "last": sizes[-1],
+        "min": values[0],
+        "max": values[-1],
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     """One `mcd estimate` run (or one cell of `mcd compare`): settings, estimate, diagnostics.
@@ -126,6 +140,10 @@ class RunRecord:
     loaded_from: Optional[str] = None
     init_warnings: tuple = ()  # what the initial-distribution fit warned about
     elbo_history: tuple = ()  # per repeat: the training ELBO of every iteration run (NaN if skipped)
+    init_method: str = ""  # the initial distribution used (auto resolves to auto:target, auto:vi, ...)
+    start_seconds: float = 0.0  # the initial-distribution fit and the step-size pilot
+    initial_step_sizes: Optional[tuple] = None  # δ_1 … δ_K the pilot chose (None: fixed sizes)
+    stop_reasons: tuple = ()  # per repeat: why training stopped ("iterations" or "plateau")
 
     @property
     def estimates(self) -> tuple[Estimate, ...]:
@@ -230,7 +248,14 @@ class RunRecord:
             "learn_schedule": bool(s.learn_schedule),
             "train_elbo_last": finite(self.train_elbo_last),
             "init": s.init,
+            "init_method": self.init_method or s.init,
             "init_warnings": list(self.init_warnings),
+            "step_size_rule": s.step_size,
+            "initial_step_sizes": _summary(self.initial_step_sizes),
+            "loss": t.objective,
+            "stop": t.stop,
+            "stop_reasons": list(self.stop_reasons),
+            "start_seconds": round(float(self.start_seconds), 3),
             "skipped_steps": int(self.skipped_steps),
             "recoveries": int(self.recoveries),
             "loaded_from": self.loaded_from,

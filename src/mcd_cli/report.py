@@ -82,7 +82,7 @@ def warnings_for(rec: dict) -> list[str]:
     elif rec.get("status") == "warn":
         out.append(f"warning: {where}: {'; '.join(rec['reasons'])}; {rec['advice']}")
     for line in rec.get("init_warnings", ()):
-        out.append(f"warning: initial distribution ({rec['init']}): {line}")
+        out.append(f"warning: initial distribution ({rec.get('init_method') or rec['init']}): {line}")
     if rec.get("nonfinite_weights"):
         out.append(
             f"warning: {rec['nonfinite_weights']} importance weights were NaN or +inf and were "
@@ -154,12 +154,27 @@ def estimate_table(rec: dict) -> Table:
     if rec["loaded_from"]:
         training = f"loaded from {rec['loaded_from']}"
     else:
+        ran = rec.get("iterations_run", rec["iterations"])
+        if rec.get("stop") == "plateau":
+            reasons = set(rec.get("stop_reasons") or ())
+            why = "ELBO plateaued" if reasons == {"plateau"} else "cap reached" if reasons == {"iterations"} else "plateau or cap"
+            count = f"{ran} iterations (auto, at most {rec['iterations']}: {why})"
+        else:
+            count = f"{ran} iterations"
         training = (
-            f"{rec['iterations']} iterations × batch {rec['batch_size']}, lr {rec['lr']:g}, "
+            f"{count} × batch {rec['batch_size']}, {rec.get('loss', 'elbo')} loss, lr {rec['lr']:g}, "
             f"{rec['train_seconds']:.1f} s"
         )
         if rec["skipped_steps"] or rec["recoveries"]:
             training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
+    start = rec.get("init_method") or rec.get("init")
+    sizes = rec.get("initial_step_sizes")
+    if sizes:
+        start += f"; step sizes from the pilot, {sizes['first']:.3g} → {sizes['last']:.3g} (min {sizes['min']:.3g})"
+    if rec.get("start_seconds"):
+        start += f", {rec['start_seconds']:.1f} s"
+    if not rec["loaded_from"]:
+        table.add_row("start", start)
     table.add_row("training", training)
     estimation = f"{rec['num_samples']} samples, {rec['estimate_seconds']:.1f} s"
     if rec["nonfinite_weights"]:

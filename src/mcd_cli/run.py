@@ -22,17 +22,24 @@ from typing import Any, Callable, Optional, Protocol
 
 import jax
 
-from mcd_cli import annealing, checkpoint, devices
+from mcd_cli import annealing, checkpoint, devices, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
 from mcd_cli.stats import combine_estimates, summarize
 from mcd_cli.kernels import registry
 from mcd_cli.record import RunRecord, TargetInfo
-from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_update
+from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
 
 DEFAULT_CHUNK = 1024
 INIT_STREAM = 0x1D1  # fold_in(key(seed), INIT_STREAM): the key of the initial-distribution fit
+PILOT_STREAM = 0x2D2  # fold_in(key(seed), PILOT_STREAM): the key of the step-size pilot
+CPU_BATCH = 128  # --batch-size auto on a CPU: the paper's batch
+ACCELERATOR_BATCH = 1024  # --batch-size auto on a GPU/TPU (see auto_batch_size)
+ACCELERATOR_UNROLL = 4  # lax.scan unroll of the steps on a GPU/TPU (see auto_unroll)
 DEFAULT_SAMPLES = 16_384
+# Settings that change how the computation is laid out, not what it computes: a file saved with
+# one value is used with another (e.g. trained on a CPU, loaded on a GPU).
+NUMERICS_ONLY = ("unroll",)
 
 
 class Progress(Protocol):
@@ -114,8 +121,10 @@ def sampler_config_from_file(meta: dict, path: Path) -> SamplerConfig:
     if not isinstance(saved, dict):
         raise UsageError(f"'{path}' does not record its sampler settings; refit and --save again")
     known = {f.name for f in dataclasses.fields(SamplerConfig)}
+    # Files written before a setting existed used what is now its non-default value.
+    legacy = {"step_size": "fixed", "init": "target"}
     try:
-        return SamplerConfig(**{k: v for k, v in saved.items() if k in known})
+        return SamplerConfig(**{**legacy, **{k: v for k, v in saved.items() if k in known}})
     except (TypeError, ValueError) as err:
         raise UsageError(f"'{path}' holds sampler settings this version cannot use ({err})") from None
 
@@ -258,9 +267,9 @@ def _file_meta(plan: RunPlan) -> dict:
 def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None:
     """Raises CheckpointError unless the checkpoint at `path` belongs to this run."""
     checkpoint.check_target(meta, plan.target, str(path))
-    differences = checkpoint.config_differences(meta.get("sampler_config", {}), plan.sconf)
+    differences = checkpoint.config_differences(meta.get("sampler_config", {}), plan.sconf, ignore=NUMERICS_ONLY)
     differences += checkpoint.config_differences(
-        meta.get("train_config", {}), plan.tconf, ignore=("iterations",)
+        meta.get("train_config", {}), plan.tconf, ignore=("iterations", "chunk", "stop")
     )
     if meta.get("seed") != plan.seed:
         differences.append(f"seed={meta.get('seed')!r} (this run: {plan.seed!r})")
@@ -292,6 +301,13 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
                 f"--init prior needs a NumPyro model target, and '{plan.target.name}' is not one; "
                 "use --init target, laplace or vi"
             )
+    objective = objectives.OBJECTIVES.get(plan.tconf.objective)
+    forward = registry.FORWARD[plan.sconf.sampler]
+    if objective is not None and objective.detach and not forward.detachable and plan.tconf.iterations > 0:
+        raise UsageError(
+            f"--loss {plan.tconf.objective} holds the trajectories fixed, which needs a forward kernel with a "
+            f"density at fixed points; {forward.label}'s leapfrog move has none: use --sampler ula or --loss elbo"
+        )
     if plan.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
     if plan.save is not None and plan.repeats > 1:
@@ -309,7 +325,9 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
         checkpoint.ensure_writable(plan.save, "--save file")
     if plan.load is not None:
         saved = plan.saved if plan.saved is not None else read_saved(plan.load, plan.target)
-        differences = checkpoint.config_differences(saved.meta.get("sampler_config", {}), plan.sconf)
+        differences = checkpoint.config_differences(
+            saved.meta.get("sampler_config", {}), plan.sconf, ignore=NUMERICS_ONLY
+        )
         if differences:
             raise checkpoint.CheckpointError(
                 f"'{plan.load}' was trained with {', '.join(differences[:3])}; drop those options "
@@ -412,9 +430,9 @@ def _save_interrupted(plan: RunPlan, state: Any, repeat: int) -> tuple[Optional[
         return None, str(err)
 
 
-def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: Progress, update):
-    target, s, t = plan.target, plan.sconf, plan.tconf
-    state = init_train_state(key, target, s, t)
+def _train(plan: RunPlan, target: Any, key: jax.Array, repeat: int, progress: Progress, update, step_sizes):
+    s, t = plan.sconf, plan.tconf
+    state = init_train_state(key, target, s, t, step_sizes=step_sizes)
     path = plan.state_path(repeat) if plan.checkpoint_dir is not None else None
     if path is not None and plan.resume and path.exists():
         state, _ = checkpoint.load_state(path, state)
@@ -446,25 +464,92 @@ def _train(plan: RunPlan, key: jax.Array, repeat: int, progress: Progress, updat
     return result, result.state.iteration - start
 
 
-def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, tuple[str, ...]]:
-    """The target with the initial distribution `sconf.init` asks for, and the fit's warnings.
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """How a run started: the initial distribution chosen and the pilot's step sizes."""
+
+    target: Any  # the target with its initial distribution (whitened for a full covariance)
+    method: str  # the initial distribution used: target, auto:target, auto:vi, laplace-diag, ...
+    warnings: tuple[str, ...] = ()
+    step_sizes: Optional[Any] = None  # δ_1 … δ_K from the pilot (None: fixed or not needed)
+    seconds: float = 0.0
+
+
+def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, str, tuple[str, ...]]:
+    """The target with the initial distribution `sconf.init` asks for, its method, and the fit's warnings.
 
     The fit is made once per run from its own key, so a run that `--load`s parameters fits the
     same distribution as the run that trained them. log Z is unchanged (a full-covariance fit
-    whitens the target, adding `log|det L|` to its log density).
+    whitens the target, adding `log|det L|` to its log density). "auto" keeps a declared initial
+    distribution (`Target.initial_declared`) and otherwise fits one by VI
+    (`initialization.fit_initial`).
     """
     if sconf.init == "target":
-        return target, ()
+        return target, "target", ()
     key = jax.random.fold_in(jax.random.key(seed), INIT_STREAM)
+    if sconf.init == "auto" and target.initial_declared:
+        return target, "auto:target", ()
     if sconf.init == "prior":
         from mcd_cli.targets.numpyro_model import prior_initial
 
         mean, scale = prior_initial(target, key)
-        return target.with_initial(mean=mean, scale=scale), ()
+        return target.with_initial(mean=mean, scale=scale), "prior", ()
     from mcd_cli import initialization
 
-    fit = initialization.fit_initial(target, key, sconf.init, cov=sconf.init_cov)
-    return initialization.apply_initial(target, fit), tuple(fit.warnings)
+    fit = initialization.fit_initial(
+        target, key, sconf.init, cov=sconf.init_cov, explicit_initial=target.initial_declared
+    )
+    # A diagonal fit whitens the target by its scales, so the samplers' isotropic steps see unit
+    # conditional scales (a diagonal preconditioner); a full one whitens by its Cholesky factor.
+    return initialization.apply_initial(target, fit, precondition=True), fit.method, tuple(fit.warnings)
+
+
+def start(plan: RunPlan, *, pilot: bool = True) -> Start:
+    """The initial distribution, then (with `sconf.step_size == "pilot"` and `pilot`) the step sizes.
+
+    The pilot (`initialization.pilot_step_sizes`, its own key) measures the curvature along the
+    linear path from the chosen initial distribution to the target and sets δ_k = 0.5 / λ_k,
+    capped at `max_step_size`; training starts from these sizes and goes on learning them.
+    """
+    t0 = time.perf_counter()
+    target, method, warnings = initial_target(plan.target, plan.sconf, plan.seed)
+    step_sizes = None
+    if pilot and plan.sconf.step_size == "pilot":
+        import numpy as np
+
+        from mcd_cli import initialization
+
+        key = jax.random.fold_in(jax.random.key(plan.seed), PILOT_STREAM)
+        betas = np.linspace(0.0, 1.0, plan.sconf.steps + 1)
+        step_sizes = initialization.pilot_step_sizes(
+            target, betas, key=key, max_step_size=plan.sconf.max_step_size
+        )
+    return Start(target, method, warnings, step_sizes, time.perf_counter() - t0)
+
+
+def auto_batch_size(platform: Optional[str] = None) -> int:
+    """`--batch-size auto`: 128 on a CPU, 1024 on a GPU or TPU.
+
+    On a CPU the update's time grows in proportion to the batch, so the paper's 128 is kept. On
+    an accelerator a ULA-MCD update at K = 64, batch 128 is bound by kernel launches, not
+    arithmetic (measured on an H200: batch 4,096 costs 3.3× batch 128), so a batch 8× larger
+    costs far less than 8× the time and gives gradients with 8× less variance. `validate`
+    refuses the run when that batch does not fit in memory (lower it with --batch-size).
+    """
+    platform = platform or jax.devices()[0].platform
+    return CPU_BATCH if platform == "cpu" else ACCELERATOR_BATCH
+
+
+def auto_unroll(platform: Optional[str] = None) -> int:
+    """Steps fused per iteration of the annealing scan: 1 on a CPU, 4 on a GPU or TPU.
+
+    Measured on an H200 (d = 200, K = 64, batch 128): unroll 4 takes the ULA-MCD update from
+    16.9 to 9.7 ms (ULA 3.8 → 2.6 ms) at 2–3× the compile time, and 16 gains little more for a
+    25 s compile. On a CPU the step is arithmetic-bound and unrolling only adds compile time
+    (benchmarks/results/unroll_cpu.md).
+    """
+    platform = platform or jax.devices()[0].platform
+    return 1 if platform == "cpu" else ACCELERATOR_UNROLL
 
 
 def device_name() -> str:
@@ -488,7 +573,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     _, _, chunk_size = sharded_sizes(plan)
     plan = sharded_plan(plan)
     t = plan.tconf
-    target, init_warnings = initial_target(plan.target, s, plan.seed)
+    begin = start(plan, pilot=plan.load is None and t.iterations > 0)
+    target = begin.target
     root = jax.random.key(plan.seed)
     totals = _Totals()
     loaded = None
@@ -496,17 +582,19 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         template = annealing.init_params(root, target, s)
         loaded, meta = checkpoint.load_params(plan.load, template)
         t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
-    update = make_update(target, s, t, sharding=layout.particles) if loaded is None and t.iterations > 0 else None
+    update = make_train_chunk(target, s, t, sharding=layout.particles) if loaded is None and t.iterations > 0 else None
     histories = []
+    stop_reasons = []
     for repeat in range(plan.repeats):
         key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))
         result = None
         if loaded is not None:
             params = loaded
         else:
-            result, ran = _train(plan, key_init, repeat, progress, update)
+            result, ran = _train(plan, target, key_init, repeat, progress, update, begin.step_sizes)
             params = result.state.params
             histories.append(result.elbo_history)
+            stop_reasons.append(result.stop_reason)
             totals.train_seconds += result.seconds
             totals.skipped += result.skipped
             totals.recoveries += result.recoveries
@@ -556,5 +644,9 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         version=version(),
         loaded_from=str(plan.load) if plan.load is not None else None,
         elbo_history=tuple(histories),
-        init_warnings=init_warnings,
+        init_warnings=begin.warnings,
+        init_method=begin.method,
+        start_seconds=begin.seconds,
+        initial_step_sizes=None if begin.step_sizes is None else tuple(float(v) for v in begin.step_sizes),
+        stop_reasons=tuple(stop_reasons),
     )

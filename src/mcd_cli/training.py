@@ -1,19 +1,24 @@
 """Fitting the sampler's parameters: an objective of the batch's log weights, minimised with Adam.
 
 The objective is passed in (`objectives.elbo` by default: maximising the ELBO `E_Q[log w]`, the
-paper's choice); the log weights come from the annealing loop, written for one particle and vmapped
-over the batch. All noise is Gaussian and reparameterised, so the objective is differentiated end
-to end. One jitted update is built per run (`make_update`); it never recompiles inside the loop.
-The ELBO of every batch is reported whatever the objective.
+paper's choice; `objectives.OBJECTIVES["logvar"]` holds the trajectories fixed); the log weights
+come from the annealing loop, written for one particle and vmapped over the batch. The ELBO of
+every batch is reported whatever the objective.
 
-Divergence: an update whose loss or gradient is not finite is skipped inside the jitted step (the
-parameters and optimiser state are left as they were) and counted. After `max_bad_steps`
-consecutive skipped updates the trainer restores the last snapshot of good parameters, halves the
-learning rate and goes on; after `max_recoveries` such recoveries it raises `TrainingDiverged`.
+On the device, in chunks: `make_train_chunk` compiles `TrainConfig.chunk` updates as one
+`lax.scan`, with the bookkeeping below carried on the device; the host sees the state only
+between chunks (progress, checkpoints, the stopping rule). Chunks end where a checkpoint is due,
+so a resumed run takes exactly the same updates as one never interrupted, and a chunk of 1 is the
+one-update-per-call loop (same parameters for the same keys).
 
-Reproducibility: the key of iteration `i` is `fold_in(state.key, i)` and everything the loop
-carries lives in `TrainState`, so a run resumed from a saved state is identical to one that was
-never interrupted.
+Divergence: an update whose loss or gradient is not finite is skipped (the parameters and
+optimiser state are left as they were) and counted. After `max_bad_steps` consecutive skipped
+updates the last snapshot of good parameters is restored and the learning rate halved; after
+`max_recoveries` such recoveries `fit` raises `TrainingDiverged`.
+
+Stopping: with `TrainConfig.stop = "plateau"` (`--iterations auto`), training ends at the first
+chunk boundary where the ELBO has stopped improving by more than its noise (`plateaued`), or at
+`iterations`, the cap. Reproducibility: the key of iteration `i` is `fold_in(state.key, i)`.
 """
 
 from __future__ import annotations
@@ -48,7 +53,11 @@ class TrainingInterrupted(Exception):
 
 
 class TrainState(NamedTuple):
-    """Everything needed to continue training exactly where it stopped (a checkpoint saves it whole)."""
+    """Everything needed to continue training exactly where it stopped (a checkpoint saves it whole).
+
+    `recent` holds the ELBOs of the last `2 × TrainConfig.plateau_window` updates (NaN where an
+    update was skipped or has not run), at index `iteration mod 2W`: what the stopping rule needs.
+    """
 
     params: Any
     opt_state: Any
@@ -60,17 +69,20 @@ class TrainState(NamedTuple):
     bad_streak: int = 0
     snapshot_params: Any = None
     snapshot_opt_state: Any = None
+    recent: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
-    """What `fit` returns: the final state and the ELBO of every iteration run (NaN if skipped)."""
+    """What `fit` returns: the final state, the ELBO of every iteration run (NaN if skipped) and
+    why training stopped ("iterations": the cap was reached; "plateau": the stopping rule)."""
 
     state: TrainState
     elbo_history: np.ndarray
     skipped: int
     recoveries: int
     seconds: float
+    stop_reason: str = "iterations"
 
     @property
     def params(self) -> Any:
@@ -96,14 +108,24 @@ def batch_loss(
     `sharding` splits the batch's particles over its mesh (`devices.Layout.particles`); the
     parameters stay replicated and XLA inserts the reduction of the batch mean.
     """
-    log_w = annealing.log_weights(key, params, target, sconf, batch_size, sharding)
+    objective = objectives.as_objective(objective)
+    log_w = annealing.log_weights(
+        key, params, target, sconf, batch_size, detach=objective.detach, sharding=sharding
+    )
     return objective(log_w), log_w
 
 
 def init_train_state(
-    key: jax.Array, target: Target, sconf: SamplerConfig, tconf: TrainConfig
+    key: jax.Array,
+    target: Target,
+    sconf: SamplerConfig,
+    tconf: TrainConfig,
+    step_sizes: Optional[np.ndarray] = None,
 ) -> TrainState:
     """Initial parameters (MCD warm-started to AIS) and optimiser state.
+
+    `step_sizes`: per-step initial sizes δ_1 … δ_K (e.g. from `initialization.pilot_step_sizes`);
+    default: `sconf.init_step_size` at every step.
 
     Example:
         >>> import jax.numpy as jnp
@@ -114,7 +136,7 @@ def init_train_state(
         0
     """
     key_params, key_train = jax.random.split(key)
-    params = annealing.init_params(key_params, target, sconf)
+    params = annealing.init_params(key_params, target, sconf, step_sizes=step_sizes)
     opt_state = optimizer(tconf).init(params)
     return TrainState(
         params=params,
@@ -122,6 +144,7 @@ def init_train_state(
         key=key_train,
         snapshot_params=params,
         snapshot_opt_state=opt_state,
+        recent=np.full(2 * tconf.plateau_window, np.nan, dtype=np.float32),
     )
 
 
@@ -130,30 +153,18 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-@functools.lru_cache(maxsize=8)
-def make_update(
-    target: Target,
-    sconf: SamplerConfig,
-    tconf: TrainConfig,
-    objective: Optional[objectives.Objective] = None,
-    sharding: Optional[NamedSharding] = None,
+def _update_fn(
+    target: Target, sconf: SamplerConfig, tconf: TrainConfig, objective, sharding: Optional[NamedSharding] = None
 ) -> Callable:
-    """The jitted update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
+    """The pure update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
 
-    `objective` defaults to the one `tconf.objective` names; `elbo` is the batch's mean log weight.
     `sharding` (of the particle axis; the batch size a multiple of its device count) shards the
     batch over its devices.
-    Cached, so the repeats of a run and the seeds of a benchmark compile the update once.
-
-    `lr_scale` multiplies Adam's step (it is halved by recoveries) and is a traced argument, so
-    changing it does not recompile. A non-finite loss or gradient returns the inputs unchanged
-    with `ok = False`.
     """
     opt = optimizer(tconf)
-    objective = objective or objectives.OBJECTIVES[tconf.objective]
+    objective = objectives.as_objective(objective or tconf.objective)
     grad_fn = jax.value_and_grad(batch_loss, has_aux=True)
 
-    @jax.jit
     def update(params, opt_state, key, lr_scale):
         (loss, log_w), grads = grad_fn(params, key, target, sconf, tconf.batch_size, objective, sharding)
         updates, new_opt_state = opt.update(grads, opt_state, params)
@@ -168,38 +179,152 @@ def make_update(
     return update
 
 
-def _advance(state: TrainState, params, opt_state, ok: bool, tconf: TrainConfig) -> TrainState:
-    """Host-side bookkeeping of one update: counters, snapshots, recoveries."""
-    iteration = state.iteration + 1
-    if ok:
-        snapshot = iteration % tconf.snapshot_every == 0
-        return state._replace(
-            params=params,
-            opt_state=opt_state,
+@functools.lru_cache(maxsize=8)
+def make_update(
+    target: Target,
+    sconf: SamplerConfig,
+    tconf: TrainConfig,
+    objective: Optional[objectives.Objective] = None,
+    sharding: Optional[NamedSharding] = None,
+) -> Callable:
+    """One jitted update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
+
+    `objective` defaults to the one `tconf.objective` names; `elbo` is the batch's mean log weight.
+    `lr_scale` multiplies Adam's step and is traced (changing it does not recompile). A
+    non-finite loss or gradient returns the inputs unchanged with `ok = False`. `fit` runs the
+    same update inside `make_train_chunk`; this single step is what the speed benchmark times.
+    """
+    return jax.jit(_update_fn(target, sconf, tconf, objective, sharding))
+
+
+def _advance(update: Callable, tconf: TrainConfig, state: TrainState, stop: jax.Array):
+    """One update of the chunk, with the divergence bookkeeping on the device.
+
+    Inactive (the state is left as it is, ELBO NaN) once `iteration >= stop` or after the last
+    allowed recovery, so a chunk can end early at a checkpoint, the cap, or a divergence.
+    """
+    window = 2 * tconf.plateau_window
+
+    def active(state):
+        i = state.iteration
+        params, opt_state, elbo, ok = update(
+            state.params, state.opt_state, jax.random.fold_in(state.key, i), state.lr_scale
+        )
+        iteration = i + 1
+        snapshot = ok & (iteration % tconf.snapshot_every == 0)
+        bad_streak = jnp.where(ok, 0, state.bad_streak + 1)
+        recover = bad_streak >= tconf.max_bad_steps
+        pick = lambda cond, a, b: jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)  # noqa: E731
+        new = state._replace(
+            params=pick(recover, state.snapshot_params, params),
+            opt_state=pick(recover, state.snapshot_opt_state, opt_state),
             iteration=iteration,
-            bad_streak=0,
-            snapshot_params=params if snapshot else state.snapshot_params,
-            snapshot_opt_state=opt_state if snapshot else state.snapshot_opt_state,
+            lr_scale=jnp.where(recover, 0.5 * state.lr_scale, state.lr_scale),
+            skipped=state.skipped + jnp.where(ok, 0, 1),
+            recoveries=state.recoveries + jnp.where(recover, 1, 0),
+            bad_streak=jnp.where(recover, 0, bad_streak),
+            snapshot_params=pick(snapshot, params, state.snapshot_params),
+            snapshot_opt_state=pick(snapshot, opt_state, state.snapshot_opt_state),
+            recent=state.recent.at[i % window].set(jnp.where(ok, elbo, jnp.nan)),
         )
-    bad_streak = state.bad_streak + 1
-    if bad_streak < tconf.max_bad_steps:
-        return state._replace(iteration=iteration, skipped=state.skipped + 1, bad_streak=bad_streak)
-    recoveries = state.recoveries + 1
-    if recoveries > tconf.max_recoveries:
-        raise TrainingDiverged(
-            f"training diverged: {tconf.max_bad_steps} consecutive non-finite updates after "
-            f"{state.recoveries} recoveries at iteration {iteration}; try a smaller --lr, fewer "
-            f"--steps, or a target with finite log density and gradient"
-        )
+        return new, jnp.where(ok, elbo, jnp.nan)
+
+    def inactive(state):
+        return state, jnp.asarray(jnp.nan, dtype=state.recent.dtype)
+
+    go = (state.iteration < stop) & (state.recoveries <= tconf.max_recoveries)
+    return jax.lax.cond(go, active, inactive, state)
+
+
+@functools.lru_cache(maxsize=8)
+def make_train_chunk(
+    target: Target,
+    sconf: SamplerConfig,
+    tconf: TrainConfig,
+    objective: Optional[objectives.Objective] = None,
+    chunk: Optional[int] = None,
+    sharding: Optional[NamedSharding] = None,
+) -> Callable:
+    """`(state, stop) -> (state, elbos)`: up to `chunk` (default `tconf.chunk`) updates in one call.
+
+    `sharding` (of the particle axis) shards each update's batch over its devices (`make_update`).
+
+    `state` is a `TrainState` whose counters are device scalars (`fit` converts); updates run
+    while `state.iteration < stop` and stop for good after `max_recoveries` recoveries (the host
+    then raises). `elbos` has one entry per slot of the chunk, NaN for skipped or idle slots.
+    """
+    update = _update_fn(target, sconf, tconf, objective, sharding)
+    length = int(chunk or tconf.chunk)
+
+    @jax.jit
+    def run(state, stop):
+        def body(state, _):
+            return _advance(update, tconf, state, stop)
+
+        return jax.lax.scan(body, state, None, length=length)
+
+    return run
+
+
+_COUNTERS = ("iteration", "lr_scale", "skipped", "recoveries", "bad_streak")
+
+
+def _to_device(state: TrainState) -> TrainState:
     return state._replace(
-        params=state.snapshot_params,
-        opt_state=state.snapshot_opt_state,
-        iteration=iteration,
-        skipped=state.skipped + 1,
-        bad_streak=0,
-        recoveries=recoveries,
-        lr_scale=state.lr_scale * 0.5,
+        iteration=jnp.asarray(state.iteration, jnp.int32),
+        lr_scale=jnp.asarray(state.lr_scale, jnp.float32),
+        skipped=jnp.asarray(state.skipped, jnp.int32),
+        recoveries=jnp.asarray(state.recoveries, jnp.int32),
+        bad_streak=jnp.asarray(state.bad_streak, jnp.int32),
+        recent=jnp.asarray(state.recent, jnp.float32),
     )
+
+
+def _to_host(state: TrainState) -> TrainState:
+    counters = jax.device_get({name: getattr(state, name) for name in _COUNTERS})
+    return state._replace(
+        iteration=int(counters["iteration"]),
+        lr_scale=float(counters["lr_scale"]),
+        skipped=int(counters["skipped"]),
+        recoveries=int(counters["recoveries"]),
+        bad_streak=int(counters["bad_streak"]),
+        recent=np.asarray(state.recent),
+    )
+
+
+def plateaued(recent: np.ndarray, iteration: int, window: int, threshold: float = 2.0) -> bool:
+    """The stopping rule of `--iterations auto`: has the ELBO stopped improving beyond its noise?
+
+    With `W = window`, compare the mean ELBO of the last `W` updates with that of the `W` before:
+    training has plateaued when the gain is below `threshold` standard errors of the difference
+    of the two means (each window's standard error from its own spread, `sd / √n`, skipped
+    updates left out). Needs `2W` updates first, and at least half of each window finite.
+
+    Args:
+        recent: ring buffer of the last `2W` ELBOs, ELBO of update `i` at `i mod 2W`.
+        iteration: updates run so far.
+        window: `W`.
+        threshold: standard errors of the difference a gain must exceed to count.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> flat = rng.normal(size=200)
+        >>> plateaued(flat, 200, 100)
+        True
+        >>> rising = np.linspace(-10.0, 0.0, 200) + rng.normal(size=200)
+        >>> plateaued(rising, 200, 100)
+        False
+    """
+    if iteration < 2 * window:
+        return False
+    order = (np.arange(iteration - 2 * window, iteration)) % (2 * window)
+    values = np.asarray(recent, dtype=np.float64)[order]
+    old, new = values[:window], values[window:]
+    old, new = old[np.isfinite(old)], new[np.isfinite(new)]
+    if old.size < window // 2 or new.size < window // 2 or min(old.size, new.size) < 2:
+        return False
+    noise = np.sqrt(old.var(ddof=1) / old.size + new.var(ddof=1) / new.size)
+    return bool(new.mean() - old.mean() <= threshold * noise)
 
 
 def fit(
@@ -214,51 +339,66 @@ def fit(
     update: Optional[Callable] = None,
     objective: Optional[objectives.Objective] = None,
 ) -> TrainResult:
-    """Runs the updates `state.iteration … tconf.iterations − 1`.
+    """Runs the updates `state.iteration … tconf.iterations − 1` (or until the ELBO plateaus).
 
     Args:
         state: from `init_train_state`, or a saved state to resume.
         target, sconf, tconf: what is trained and how.
-        callback: `callback(iteration, elbo)` on the host after every update (progress display).
+        callback: `callback(iteration, elbo)` on the host for every update (after its chunk).
         checkpoint_every: call `on_checkpoint(state)` every this many iterations (0: never), and
             once at the end.
         on_checkpoint: saves a state (e.g. `checkpoint.save_state`).
-        update: a prebuilt `make_update(...)`, to share one compilation between calls.
+        update: a prebuilt `make_train_chunk(...)`, to share one compilation between calls.
         objective: what to minimise (default: the one `tconf.objective` names); ignored with `update`.
 
     Raises:
         TrainingDiverged: see the module docstring.
-        TrainingInterrupted: on KeyboardInterrupt, carrying the last consistent state.
+        TrainingInterrupted: on KeyboardInterrupt, carrying the last consistent state (a chunk
+            boundary).
     """
-    update = update or make_update(target, sconf, tconf, objective)
+    run_chunk = update or make_train_chunk(target, sconf, tconf, objective)
+    chunk = int(tconf.chunk)
     start_iteration = state.iteration
     history = np.full(max(tconf.iterations - start_iteration, 0), np.nan)
+    stop_reason = "iterations"
     t0 = time.perf_counter()
     try:
         while state.iteration < tconf.iterations:
-            i = state.iteration
-            params, opt_state, elbo, ok = update(
-                state.params,
-                state.opt_state,
-                jax.random.fold_in(state.key, i),
-                jnp.asarray(state.lr_scale, dtype=jnp.float32),
-            )
-            ok, elbo = bool(ok), float(elbo)
-            state = _advance(state, params, opt_state, ok, tconf)
-            if ok:
-                history[i - start_iteration] = elbo
+            i0 = state.iteration
+            stop = min(tconf.iterations, i0 + chunk)
+            if checkpoint_every > 0:
+                stop = min(stop, (i0 // checkpoint_every + 1) * checkpoint_every)
+            new_state, elbos = run_chunk(_to_device(state), jnp.asarray(stop, jnp.int32))
+            new_state = _to_host(new_state)
+            elbos = np.asarray(elbos, dtype=np.float64)[: new_state.iteration - i0]
+            history[i0 - start_iteration : new_state.iteration - start_iteration] = elbos
+            if new_state.recoveries > tconf.max_recoveries:
+                if callback is not None:
+                    for j, elbo in enumerate(elbos):
+                        callback(i0 + j, float(elbo))
+                raise TrainingDiverged(
+                    f"training diverged: {tconf.max_bad_steps} consecutive non-finite updates after "
+                    f"{tconf.max_recoveries} recoveries at iteration {new_state.iteration}; try a smaller "
+                    "--lr, fewer --steps, --init vi, or a target with finite log density and gradient"
+                )
+            state = new_state
             if callback is not None:
-                callback(i, elbo if ok else float("nan"))
+                for j, elbo in enumerate(elbos):
+                    callback(i0 + j, float(elbo))
             if on_checkpoint is not None and checkpoint_every > 0 and state.iteration % checkpoint_every == 0:
                 on_checkpoint(state)
+            if tconf.stop == "plateau" and plateaued(state.recent, state.iteration, tconf.plateau_window):
+                stop_reason = "plateau"
+                break
     except KeyboardInterrupt:
         raise TrainingInterrupted(state) from None
     if on_checkpoint is not None and checkpoint_every > 0:
         on_checkpoint(state)
     return TrainResult(
         state=state,
-        elbo_history=history,
+        elbo_history=history[: state.iteration - start_iteration],
         skipped=state.skipped,
         recoveries=state.recoveries,
         seconds=time.perf_counter() - t0,
+        stop_reason=stop_reason,
     )

@@ -79,13 +79,15 @@ LearnScheduleOpt = Annotated[
         show_default=False, rich_help_panel=SAMPLER,
     ),
 ]
+Loss = enum.Enum("Loss", {name: name for name in ("elbo", "logvar")}, type=str)
 InitMethod = enum.Enum("InitMethod", {name: name for name in INIT_METHODS}, type=str)
 InitOpt = Annotated[
     Optional[InitMethod],
     typer.Option(
         "--init",
-        help="Initial distribution: target (the target's own), laplace (a Gaussian at the mode), vi "
-        "(a mean-field Gaussian fitted by the ELBO) or prior (a NumPyro model's prior). (default: target)",
+        help="Initial distribution: auto (the target's own when it declares one, else vi), target (the "
+        "target's own, or N(0, I)), laplace (a Gaussian at the mode), vi (a mean-field Gaussian fitted by "
+        "the ELBO) or prior (a NumPyro model's prior). (default: auto)",
         show_default=False, rich_help_panel=SAMPLER,
     ),
 ]
@@ -99,18 +101,57 @@ InitCovOpt = Annotated[
     ),
 ]
 
-# Training -----------------------------------------------------------------------------------
-IterationsOpt = Annotated[
+StepSizeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--step-size",
+        help="Initial step sizes: auto (per step, from the curvature along the path, by a short pilot run; "
+        f"capped at {_S.max_step_size:g}) or a number (every step). They are learned either way. (default: auto)",
+        show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+UnrollOpt = Annotated[
     Optional[int],
     typer.Option(
-        "--iterations", "-n", help=f"Training iterations (0: no training). (default: {_T.iterations})",
+        "--unroll",
+        help="Annealing steps fused per iteration of the compiled loop: faster on a GPU, longer to compile. "
+        "(default: 1 on a CPU, 4 on a GPU)",
+        show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+
+# Training -----------------------------------------------------------------------------------
+IterationsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--iterations", "-n",
+        help="Training iterations (0: no training), or auto: stop once the ELBO stops improving beyond its "
+        f"noise, at most --max-iterations. (default: {'auto' if _T.stop == 'plateau' else _T.iterations})",
+        show_default=False, rich_help_panel=TRAINING,
+    ),
+]
+MaxIterationsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-iterations",
+        help=f"The cap of --iterations auto. (default: {_T.iterations})",
+        show_default=False, rich_help_panel=TRAINING,
+    ),
+]
+LossOpt = Annotated[
+    Optional[Loss],
+    typer.Option(
+        "--loss",
+        help="Training objective: elbo (backpropagates through the trajectories) or logvar (variance of the "
+        f"log weights on fixed trajectories; ULA kernels only). (default: {_T.objective})",
         show_default=False, rich_help_panel=TRAINING,
     ),
 ]
 BatchOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option(
-        "--batch-size", "-b", help=f"Particles per training step. (default: {_T.batch_size})",
+        "--batch-size", "-b",
+        help="Particles per training step, or auto: 128 on a CPU, 1024 on a GPU. (default: auto)",
         show_default=False, rich_help_panel=TRAINING,
     ),
 ]

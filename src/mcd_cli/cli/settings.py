@@ -130,6 +130,77 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
         for key, value in PRESETS[preset].items():
             if values.get(key) is None:
                 values[key] = value
+    return _automatic(ctx, values)
+
+
+def _whole(name: str, value: Any) -> Any:
+    """`value` as an int (or "auto"); a one-line usage error otherwise."""
+    text = str(value).strip()
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--{name.replace('_', '-')} must be a whole number or auto, got {value!r}") from None
+
+
+def _automatic(ctx: typer.Context, values: dict) -> dict:
+    """The options that take `auto` or a number, turned into the library's fields.
+
+    `--iterations auto` -> `stop="plateau"` with the cap `--max-iterations`; `--iterations N`
+    -> `stop="fixed"`. `--batch-size auto` -> `run.auto_batch_size()`. `--step-size auto` ->
+    `step_size="pilot"`; a number -> `step_size="fixed"`, `init_step_size=` it. `--loss` ->
+    `objective`. `--unroll` defaults to `run.auto_unroll()`.
+    """
+    from mcd_cli import run
+
+    names = {p.name for p in ctx.command.params}
+    if values.get("loss") is not None:
+        values["objective"] = values.pop("loss")
+    values.pop("loss", None)
+    if "iterations" in names or values.get("iterations") is not None:
+        iterations = values.get("iterations")
+        cap = values.pop("max_iterations", None)
+        if iterations is not None:
+            iterations = _whole("iterations", iterations)
+            if iterations == "auto":
+                values["stop"] = "plateau"
+                iterations = cap
+            else:
+                if cap is not None:
+                    raise UsageError(
+                        f"--max-iterations is the cap of --iterations auto, but --iterations is {iterations}; drop one"
+                    )
+                if _explicit(ctx, "iterations") or values.get("stop") is None:
+                    values["stop"] = "fixed"
+        elif cap is not None:
+            if values.get("stop", TrainConfig.stop) != "plateau":
+                raise UsageError("--max-iterations is the cap of --iterations auto; add --iterations auto")
+            iterations = cap
+        values["iterations"] = iterations
+    batch = values.get("batch_size")
+    if batch is not None:
+        batch = _whole("batch_size", batch)
+        values["batch_size"] = run.auto_batch_size() if batch == "auto" else batch
+    elif "batch_size" in names:
+        values["batch_size"] = run.auto_batch_size()
+    step = values.get("step_size")
+    if step is None and "step_size" in names:
+        step = "auto"
+    if step is not None:
+        text = str(step).strip()
+        if text in ("auto", "pilot"):
+            values["step_size"] = "pilot"
+        elif text == "fixed":
+            values["step_size"] = "fixed"
+        else:
+            try:
+                size = float(text)
+            except ValueError:
+                raise UsageError(f"--step-size must be auto or a number such as 0.05, got {step!r}") from None
+            values["step_size"], values["init_step_size"] = "fixed", size
+    if values.get("unroll") is None and "unroll" in names:
+        values["unroll"] = run.auto_unroll()
     return values
 
 

@@ -41,6 +41,9 @@ class Step(NamedTuple):
     index: Array  # k ∈ 1..K (int32)
     beta: Array  # β_k
     step_size: Array  # δ_k
+    # Static: hold the trajectory fixed (the log-variance loss). The kernel then writes `log F` as
+    # its density at the fixed new point, so parameters are differentiated at fixed points only.
+    detach: bool = False
 
 
 class AnnealedPath(NamedTuple):
@@ -108,6 +111,8 @@ class ForwardKernel(NamedTuple):
         finish: `(state, resolved) -> log_term`: `log γ(x_K)` plus the kernel's own final terms.
         score_input_dim: `dim -> ` size of `Transition.score_input`.
         state_size: `dim -> ` numbers per particle in the state (for the memory estimate).
+        detachable: whether `step` honours `Step.detach` (a density at fixed points exists), so
+            the log-variance loss with fixed trajectories can train it.
     """
 
     name: str
@@ -119,6 +124,7 @@ class ForwardKernel(NamedTuple):
     finish: Callable
     score_input_dim: Callable[[int], int]
     state_size: Callable[[int], int]
+    detachable: bool = False
 
 
 class BackwardKernel(NamedTuple):

@@ -42,7 +42,13 @@ def step(key, state, step, path, resolved, evaluate):
     delta = step.step_size
     noise_scale = jnp.sqrt(2.0 * delta)
     eps = jax.random.normal(key, x.shape)
-    x_new = x + delta * path.grad(step.beta, x, target_grad) + noise_scale * eps
+    drift = x + delta * path.grad(step.beta, x, target_grad)
+    x_new = drift + noise_scale * eps
+    if step.detach:
+        # The density of the fixed new point: same value, but a derivative in the parameters at
+        # fixed (x, x_new) rather than along the reparameterised move.
+        x_new = jax.lax.stop_gradient(x_new)
+        eps = (x_new - drift) / noise_scale
     log_forward = jnp.sum(norm.logpdf(eps)) - x.size * jnp.log(noise_scale)
     log_target_new, target_grad_new = evaluate(x_new)
     transition = Transition(
@@ -70,4 +76,5 @@ KERNEL = ForwardKernel(
     finish=finish,
     score_input_dim=lambda dim: dim,
     state_size=lambda dim: dim,
+    detachable=True,
 )

@@ -50,21 +50,31 @@ class Target:
     description: str = ""
     params: dict = dataclasses.field(default_factory=dict)
     source: str = ""
+    initial_declared: bool = True
 
     @classmethod
     def create(
         cls,
         log_density: LogDensity,
         dim: int,
-        initial_mean: Any = 0.0,
-        initial_scale: Any = 1.0,
+        initial_mean: Any = None,
+        initial_scale: Any = None,
         log_z: Optional[float] = None,
         name: str = "target",
         description: str = "",
         params: Optional[dict] = None,
         source: str = "",
+        initial_declared: Optional[bool] = None,
     ) -> "Target":
-        """Builds a target, broadcasting scalar initial mean/scale to `(dim,)` and checking them."""
+        """Builds a target, broadcasting scalar initial mean/scale to `(dim,)` and checking them.
+
+        Without an initial mean and scale, π0 is the fallback N(0, I), and `initial_declared` is
+        False (unless given): `--init auto` then fits one instead of trusting the fallback.
+        """
+        if initial_declared is None:
+            initial_declared = initial_mean is not None or initial_scale is not None
+        initial_mean = 0.0 if initial_mean is None else initial_mean
+        initial_scale = 1.0 if initial_scale is None else initial_scale
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise TargetError(f"dim must be a positive integer, got {dim!r}")
         dim = int(dim)
@@ -94,6 +104,7 @@ class Target:
             description=str(description),
             params=dict(params or {}),
             source=str(source),
+            initial_declared=bool(initial_declared),
         )
 
     def with_initial(self, mean: Any = None, scale: Any = None) -> "Target":
@@ -108,6 +119,7 @@ class Target:
             self.description,
             self.params,
             self.source,
+            initial_declared=True,
         )
 
     def initial_log_density(self, x: Array) -> Array:

@@ -89,6 +89,7 @@ def build(
             int(dim),
             initial_mean=mean,
             initial_scale=scale,
+            initial_declared=initial is not None,
             log_z=parse_log_z(log_z, display),
             name=parse_text(name, "name", display) or default_name,
             description=(parse_text(description, "description", display) or "").strip(),

@@ -106,7 +106,8 @@ def _from_make_target(
         raise TargetError(f"{where(display, err, [path])}: make_target raised {one_line(err)}") from None
     if isinstance(result, Target):
         fields = {k: getattr(result, k) for k in ("log_density", "dim", "log_z", "name", "description")}
-        fields["initial"] = {"mean": result.initial_mean.tolist(), "scale": result.initial_scale.tolist()}
+        if result.initial_declared:
+            fields["initial"] = {"mean": result.initial_mean.tolist(), "scale": result.initial_scale.tolist()}
         return fields, bound
     if not isinstance(result, Mapping):
         raise TargetError(
