@@ -141,7 +141,6 @@ def compare(
     given = dict(locals())
     given.pop("ctx")
     values = settings.resolve(ctx, given)
-    settings.start_runtime(values)
     forwards = _split(values.get("sampler"), "sampler", _kernel_name(registry.FORWARD), ", ".join(registry.FORWARD))
     backwards = _split(values.get("backward"), "backward", _kernel_name(registry.BACKWARD), ", ".join(registry.BACKWARD))
     steps_list = _split(values.get("steps"), "steps", _steps_value, "positive integers")

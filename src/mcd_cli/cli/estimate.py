@@ -145,7 +145,6 @@ def estimate(
     given = dict(locals())
     given.pop("ctx")
     values = settings.resolve(ctx, given)
-    settings.start_runtime(values)
     with settings.precision(bool(values["x64"])):
         plan = _plan(values)
         run.validate(plan)

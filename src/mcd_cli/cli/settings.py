@@ -130,6 +130,7 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
         for key, value in PRESETS[preset].items():
             if values.get(key) is None:
                 values[key] = value
+    start_runtime(values)  # before `auto` values ask JAX for its devices
     return _automatic(ctx, values)
 
 
