@@ -377,7 +377,7 @@ def laplace(
     # modes; the others stalled on the way and say nothing about the number of modes.
     end_decrements = np.sum((np.asarray(end_grads, np.float64) * gaussian.scale) ** 2, axis=1)
     at_mode = np.isfinite(values) & (end_decrements < NEWTON_DECREMENT_TOL)
-    modes = len(set(_cluster(np.asarray(ends, np.float64)[at_mode], gaussian.scale, target))) if at_mode.any() else 1
+    modes = len(set(_cluster(np.asarray(ends, np.float64)[at_mode], gaussian.scale))) if at_mode.any() else 1
     if modes > 1:
         finite = values[np.isfinite(values)]
         warnings.append(
@@ -407,7 +407,8 @@ def _cluster(points: np.ndarray, scale: np.ndarray, target: Optional[Target] = N
     """A cluster label per point: a point joins the first cluster whose first point is within
     `MODE_SEPARATION` scales (every coordinate), or, given the target, from which the segment
     shows no barrier of log γ deeper than `BARRIER_NATS` (the same basin: a slow, ill-conditioned
-    fit ends at scattered points of one mode; separate modes have a dip between them)."""
+    VI fit ends at scattered points of one mode; separate modes have a dip between them). Not for
+    Laplace end points: a search stopped at a saddle has no dip towards either mode."""
     centres: list[np.ndarray] = []
     labels = []
     for p in points:

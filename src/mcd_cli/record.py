@@ -17,11 +17,11 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from mcd_cli.checkpoint import json_ready
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.stats import Combined, Estimate, advice, pareto_k_limit
+from mcd_cli.stats import Combined, Estimate, WeightSummary, advice, pareto_k_limit
 
 SCHEMA_VERSION = 2
 
@@ -144,6 +144,9 @@ class RunRecord:
     start_seconds: float = 0.0  # the initial-distribution fit and the step-size pilot
     initial_step_sizes: Optional[tuple] = None  # δ_1 … δ_K the pilot chose (None: fixed sizes)
     stop_reasons: tuple = ()  # per repeat: why training stopped ("iterations" or "plateau")
+    model_index: Optional[int] = None  # model i of a comparison (root key fold_in(key(seed), i))
+    weights: tuple[WeightSummary, ...] = ()  # per repeat: the log weights' histogram and fitted tail
+    kind: str = "estimate"  # "model" for a model of `mcd compare A B ...`
 
     @property
     def estimates(self) -> tuple[Estimate, ...]:
@@ -198,6 +201,8 @@ class RunRecord:
         out.update(samples=self.num_samples, seed=self.seed, repeats=self.repeats, x64=self.x64)
         if self.loaded_from is not None:
             out["load"] = self.loaded_from
+        if self.model_index is not None:
+            out["model_index"] = self.model_index
         return json_ready(out)
 
     def as_dict(self) -> dict:
@@ -207,6 +212,7 @@ class RunRecord:
         s, t = self.sampler, self.training
         return {
             "schema_version": SCHEMA_VERSION,
+            "kind": self.kind,
             "target": self.target.name,
             "dim": self.target.dim,
             "target_params": self.target.params,
@@ -259,6 +265,7 @@ class RunRecord:
             "skipped_steps": int(self.skipped_steps),
             "recoveries": int(self.recoveries),
             "loaded_from": self.loaded_from,
+            "model_index": self.model_index,
             "train_seconds": round(float(self.train_seconds), 3),
             "estimate_seconds": round(float(self.estimate_seconds), 3),
             "device": self.device,
@@ -272,3 +279,31 @@ class RunRecord:
     def to_json(self) -> str:
         """One JSON line; refuses NaN/inf (the record holds None instead)."""
         return json.dumps(self.as_dict(), allow_nan=False, separators=(", ", ": "))
+
+
+def comparison_record(comparison: Any, records: Sequence[dict], seed: int) -> dict:
+    """The `kind: comparison` record of `mcd compare A B ...` (docs/json.md).
+
+    Args:
+        comparison: the `comparison.Comparison` of the models.
+        records: the models' records (`kind: model`), in order.
+        seed: the root seed (model i used `fold_in(key(seed), i)`).
+    """
+    body = comparison.as_dict()
+    for model, rec in zip(body["models"], records):
+        model.update(
+            target=rec["target"],
+            target_spec=rec["target_spec"],
+            target_sha256=rec["target_sha256"],
+            model_index=rec.get("model_index"),
+            label=rec["label"],
+        )
+        for key in ("log_z", "log_z_stderr", "log_bf", "log_bf_stderr", "two_ln_b"):
+            model[key] = finite(model[key])
+    return {"schema_version": SCHEMA_VERSION, "kind": "comparison", **body, "seed": int(seed), "version": _version()}
+
+
+def _version() -> str:
+    from mcd_cli import __version__
+
+    return __version__

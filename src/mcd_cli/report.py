@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -49,6 +50,37 @@ def fmt_log_z(log_z: Optional[float], stderr: Optional[float]) -> str:
     if finite(log_z) is None:
         return "—"
     return fmt(log_z) if finite(stderr) is None else f"{fmt(log_z)} ± {fmt(stderr)}"
+
+
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 48) -> str:
+    """A one-line unicode sparkline of `values` in `width` cells (each the median of its span, so
+    that one bad training batch does not flatten the rest; NaN skipped).
+
+    Example:
+        >>> sparkline([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+        '▁▂▃▄▅▆▇█'
+        >>> sparkline([])
+        ''
+    """
+    v = [float(x) for x in values]
+    if not v:
+        return ""
+    width = max(1, min(width, len(v)))
+    cells = []
+    for i in range(width):
+        span = [x for x in v[i * len(v) // width:(i + 1) * len(v) // width] if math.isfinite(x)]
+        cells.append(statistics.median(span) if span else None)
+    known = [c for c in cells if c is not None]
+    if not known:
+        return " " * width
+    lo, hi = min(known), max(known)
+    top = len(SPARK_BARS) - 1
+    return "".join(
+        " " if c is None else SPARK_BARS[0 if hi == lo else round((c - lo) / (hi - lo) * top)] for c in cells
+    )
 
 
 _STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "unreliable": "bold red"}
@@ -103,8 +135,13 @@ _SE_METHOD = {
 }
 
 
-def estimate_table(rec: dict) -> Table:
-    """The table of one estimate: a column of names and a column of values."""
+def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
+    """The table of one estimate: a column of names and a column of values.
+
+    Args:
+        rec: the record (`RunRecord.as_dict()`).
+        curve: the training ELBO per iteration (of the first repeat), drawn as a sparkline.
+    """
     table = Table(
         title=f"{rec['label']} on {rec['target']} (d = {rec['dim']})",
         box=box.SIMPLE_HEAD,
@@ -176,6 +213,15 @@ def estimate_table(rec: dict) -> Table:
     if not rec["loaded_from"]:
         table.add_row("start", start)
     table.add_row("training", training)
+    finite_curve = [x for x in curve if math.isfinite(x)]
+    if finite_curve:
+        tenth = max(1, len(finite_curve) // 10)
+        first, last = finite_curve[:tenth], finite_curve[-tenth:]
+        table.add_row(
+            "training ELBO",
+            f"{sparkline(curve)}  {sum(first) / len(first):.3f} → {sum(last) / len(last):.3f} "
+            "(first and last tenth)",
+        )
     estimation = f"{rec['num_samples']} samples, {rec['estimate_seconds']:.1f} s"
     if rec["nonfinite_weights"]:
         estimation += f"  ({rec['nonfinite_weights']} non-finite weights left out)"
@@ -218,6 +264,45 @@ def compare_table(records: Sequence[dict]) -> Table:
             f"{rec['train_seconds']:.1f}",
             f"{rec['estimate_seconds']:.1f}",
         ]
+        table.add_row(*row)
+    return table
+
+
+def bayes_factor_table(records: Sequence[dict], result: Any) -> Table:
+    """log Ẑ ± SE per model and the log Bayes factor of each against the best (`comparison.Comparison`).
+
+    `log B` is `log Ẑ − log Ẑ(best)` with the standard errors added in quadrature; `2 ln B` and its
+    name on Kass & Raftery's (1995) scale measure the evidence for the best model over each other.
+    """
+    first = records[0]
+    repeats = first["repeats"]
+    known = any(r["reference_log_z"] is not None for r in records)
+    title = (
+        f"{len(records)} models, {first['label']} K={first['steps']}, {repeats} "
+        f"repeat{'s' if repeats != 1 else ''} × {first['num_samples']} samples, seed {first['seed']}; "
+        f"best: {result.best_name}"
+    )
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("model", no_wrap=True)
+    table.add_column("d", justify="right")
+    table.add_column("verdict")
+    table.add_column("log Ẑ", justify="right")
+    if known:
+        table.add_column("known log Z", justify="right")
+    table.add_column("log B vs best", justify="right")
+    table.add_column("2 ln B", justify="right")
+    table.add_column("evidence for the best", no_wrap=True)
+    table.add_column("time s", justify="right")
+    for rec, f in zip(records, result.factors):
+        if f.name == result.best_name:
+            log_b, two, words = Text("best", style="bold"), "—", ""
+        else:
+            log_b = Text(fmt_log_z(f.log_bf, f.log_bf_stderr), style="yellow" if f.within_2se else "")
+            two, words = fmt(f.two_ln_b, 2), f.strength + (" (within 2 SE)" if f.within_2se else "")
+        row = [f.name, str(rec["dim"]), fmt_status(rec["status"]), fmt_log_z(rec["log_z"], rec["log_z_stderr"])]
+        if known:
+            row.append(fmt(rec["reference_log_z"]) if rec["reference_log_z"] is not None else "unknown")
+        row += [log_b, two, words, f"{rec['train_seconds'] + rec['estimate_seconds']:.1f}"]
         table.add_row(*row)
     return table
 
@@ -278,11 +363,11 @@ def check_table(target: Any, result: Any) -> Table:
 # Consoles and progress
 
 
-def stdout_console() -> Console:
-    """Console for results: wide enough for the tables even when stdout is a pipe or a file."""
+def stdout_console(width: int = 120) -> Console:
+    """Console for results: `width` columns when stdout is a pipe or a file, so tables do not wrap."""
     if sys.stdout.isatty():
         return Console(soft_wrap=False)
-    return Console(width=120, soft_wrap=False, force_terminal=False)
+    return Console(width=width, soft_wrap=False, force_terminal=False)
 
 
 def stderr_console() -> Console:

@@ -5,7 +5,8 @@ written, files that do not match, memory that is not there); `execute(plan, prog
 work and returns a `RunRecord`. Nothing here imports the command line or the renderer: progress
 goes through the small `Progress` protocol, which the CLI implements with rich.
 
-Keys come from one root seed: repeat `r` uses `fold_in(key(seed), r)`, split into an
+Keys come from one root seed: the root key is `key(seed)`, or `fold_in(key(seed), i)` for model
+`i` of a comparison (`RunPlan.model_index`); repeat `r` uses `fold_in(root, r)`, split into an
 initialisation key and an estimation key, so a run that loads saved parameters estimates with
 exactly the random numbers of the run that trained them, and a benchmark cell that calls
 `execute` is the run `mcd estimate --seed s` makes.
@@ -25,14 +26,14 @@ import jax
 from mcd_cli import annealing, checkpoint, devices, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
-from mcd_cli.stats import combine_estimates, summarize
+from mcd_cli.stats import combine_estimates, summarize, summarize_weights
 from mcd_cli.kernels import registry
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
 
 DEFAULT_CHUNK = 1024
-INIT_STREAM = 0x1D1  # fold_in(key(seed), INIT_STREAM): the key of the initial-distribution fit
-PILOT_STREAM = 0x2D2  # fold_in(key(seed), PILOT_STREAM): the key of the step-size pilot
+INIT_STREAM = 0x1D1  # fold_in(root key, INIT_STREAM): the key of the initial-distribution fit
+PILOT_STREAM = 0x2D2  # fold_in(root key, PILOT_STREAM): the key of the step-size pilot
 CPU_BATCH = 128  # --batch-size auto on a CPU: the paper's batch
 ACCELERATOR_BATCH = 1024  # --batch-size auto on a GPU/TPU (see auto_batch_size)
 ACCELERATOR_UNROLL = 4  # lax.scan unroll of the steps on a GPU/TPU (see auto_unroll)
@@ -87,9 +88,20 @@ class RunPlan:
     target_model: Optional[str] = None  # the NumPyro model's name (--model)
     target_data: Optional[str] = None  # the --data file bound to the target's data arguments
     devices: Optional[int] = None  # devices per process to shard particles over (None: all)
+    model_index: Optional[int] = None  # model i of a comparison: root key fold_in(key(seed), i)
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
+
+
+def root_key(seed: int, model_index: Optional[int] = None) -> jax.Array:
+    """The root key of a run: `key(seed)`, or `fold_in(key(seed), i)` for model i of a comparison.
+
+    Models of one comparison therefore draw independent random numbers from one seed, and
+    `mcd estimate --seed s --model-index i` reproduces model i alone.
+    """
+    key = jax.random.key(seed)
+    return key if model_index is None else jax.random.fold_in(key, model_index)
 
 
 def version() -> str:
@@ -259,6 +271,7 @@ def _file_meta(plan: RunPlan) -> dict:
         "sampler_config": dataclasses.asdict(plan.sconf),
         "train_config": dataclasses.asdict(plan.tconf),
         "seed": int(plan.seed),
+        "model_index": plan.model_index,
         "x64": bool(plan.x64),
         "mcd_cli_version": version(),
     }
@@ -273,6 +286,8 @@ def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None
     )
     if meta.get("seed") != plan.seed:
         differences.append(f"seed={meta.get('seed')!r} (this run: {plan.seed!r})")
+    if meta.get("model_index") != plan.model_index:
+        differences.append(f"model_index={meta.get('model_index')!r} (this run: {plan.model_index!r})")
     if meta.get("repeat", repeat) != repeat:
         differences.append(f"repeat={meta.get('repeat')!r} (this run: {repeat})")
     if differences:
@@ -293,6 +308,8 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
     devices.particle_layout(plan.devices)  # enough devices?
     if plan.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {plan.repeats}")
+    if plan.model_index is not None and not 0 <= plan.model_index < 2**31:
+        raise UsageError(f"--model-index must be a model's position, 0 or more (below 2^31), got {plan.model_index}")
     if plan.sconf.init == "prior":
         from mcd_cli.targets.numpyro_model import is_model_target
 
@@ -475,7 +492,9 @@ class Start:
     seconds: float = 0.0
 
 
-def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, str, tuple[str, ...]]:
+def initial_target(
+    target: Any, sconf: SamplerConfig, seed: int, model_index: Optional[int] = None
+) -> tuple[Any, str, tuple[str, ...]]:
     """The target with the initial distribution `sconf.init` asks for, its method, and the fit's warnings.
 
     The fit is made once per run from its own key, so a run that `--load`s parameters fits the
@@ -486,7 +505,7 @@ def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, s
     """
     if sconf.init == "target":
         return target, "target", ()
-    key = jax.random.fold_in(jax.random.key(seed), INIT_STREAM)
+    key = jax.random.fold_in(root_key(seed, model_index), INIT_STREAM)
     if sconf.init == "auto" and target.initial_declared:
         return target, "auto:target", ()
     if sconf.init == "prior":
@@ -496,9 +515,18 @@ def initial_target(target: Any, sconf: SamplerConfig, seed: int) -> tuple[Any, s
         return target.with_initial(mean=mean, scale=scale), "prior", ()
     from mcd_cli import initialization
 
-    fit = initialization.fit_initial(
-        target, key, sconf.init, cov=sconf.init_cov, explicit_initial=target.initial_declared
-    )
+    try:
+        fit = initialization.fit_initial(
+            target, key, sconf.init, cov=sconf.init_cov, explicit_initial=target.initial_declared
+        )
+    except ValueError as err:
+        if sconf.init != "auto":
+            raise RunFailed(f"--init {sconf.init} failed: {err}") from None
+        # A target whose density is not finite where the fit looks cannot be fitted; the run can
+        # still go on from the fallback, and training's own checks take over.
+        return target, "auto:target-fallback", (
+            f"auto: the VI fit failed ({err}); starting from the target's N(0, I) fallback",
+        )
     # A diagonal fit whitens the target by its scales, so the samplers' isotropic steps see unit
     # conditional scales (a diagonal preconditioner); a full one whitens by its Cholesky factor.
     return initialization.apply_initial(target, fit, precondition=True), fit.method, tuple(fit.warnings)
@@ -512,14 +540,14 @@ def start(plan: RunPlan, *, pilot: bool = True) -> Start:
     capped at `max_step_size`; training starts from these sizes and goes on learning them.
     """
     t0 = time.perf_counter()
-    target, method, warnings = initial_target(plan.target, plan.sconf, plan.seed)
+    target, method, warnings = initial_target(plan.target, plan.sconf, plan.seed, plan.model_index)
     step_sizes = None
     if pilot and plan.sconf.step_size == "pilot":
         import numpy as np
 
         from mcd_cli import initialization
 
-        key = jax.random.fold_in(jax.random.key(plan.seed), PILOT_STREAM)
+        key = jax.random.fold_in(root_key(plan.seed, plan.model_index), PILOT_STREAM)
         betas = np.linspace(0.0, 1.0, plan.sconf.steps + 1)
         step_sizes = initialization.pilot_step_sizes(
             target, betas, key=key, max_step_size=plan.sconf.max_step_size
@@ -575,7 +603,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     t = plan.tconf
     begin = start(plan, pilot=plan.load is None and t.iterations > 0)
     target = begin.target
-    root = jax.random.key(plan.seed)
+    root = root_key(plan.seed, plan.model_index)
     totals = _Totals()
     loaded = None
     if plan.load is not None:
@@ -583,7 +611,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         loaded, meta = checkpoint.load_params(plan.load, template)
         t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
     update = make_train_chunk(target, s, t, sharding=layout.particles) if loaded is None and t.iterations > 0 else None
-    histories = []
+    histories, weights = [], []
     stop_reasons = []
     for repeat in range(plan.repeats):
         key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))
@@ -624,6 +652,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
                 "more steps, or check the target with `mcd check`"
             )
         totals.estimates.append(est)
+        weights.append(summarize_weights(log_w))
     return RunRecord(
         target=TargetInfo.of(target, plan.target_spec, plan.target_text, plan.target_args, plan.target_model, plan.target_data),
         sampler=s,
@@ -649,4 +678,6 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         start_seconds=begin.seconds,
         initial_step_sizes=None if begin.step_sizes is None else tuple(float(v) for v in begin.step_sizes),
         stop_reasons=tuple(stop_reasons),
+        model_index=plan.model_index,
+        weights=tuple(weights),
     )

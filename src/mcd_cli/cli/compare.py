@@ -1,12 +1,21 @@
-"""`mcd compare`: a grid of estimators on one target, in one table of the paper's layout."""
+"""`mcd compare`: a grid of estimators on one target, or the Bayes factors of several models.
+
+`mcd compare TARGET --sampler ula,uha ...` runs every combination of the list-valued options on one
+target and prints one table in the paper's layout. `mcd compare A B [C ...]` estimates every target
+with the same settings (or from `--load A.npz,B.npz`), model i with the root key
+`fold_in(key(seed), i)`, and prints log Ẑ per model with the Bayes factors of `mcd_cli.comparison`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from mcd_cli import report, run
+from mcd_cli import comparison, record as record_, report, run
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
@@ -27,7 +36,11 @@ from mcd_cli.cli.options import (
     IterationsOpt,
     JsonOpt,
     LearnScheduleOpt,
+    LossOpt,
     LrOpt,
+    MaxIterationsOpt,
+    StepSizeOpt,
+    UnrollOpt,
     OutputOpt,
     ParamOpt,
     ModelOpt,
@@ -39,8 +52,9 @@ from mcd_cli.cli.options import (
     SamplesOpt,
     SeedOpt,
     StrictOpt,
-    TargetArg,
     X64Opt,
+    PlotOpt,
+    TRAINING,
     _S,
 )
 from mcd_cli.devices import is_primary
@@ -80,10 +94,21 @@ def _kernel_name(table: dict) -> Callable[[str], str]:
     return convert
 
 
+TargetsArg = Annotated[
+    Optional[list[str]],
+    typer.Argument(
+        help="One target (a grid of estimators), or several (a .py or .yaml file, a bundled name): "
+        "the Bayes factors of the models.",
+        metavar="TARGET",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def compare(
     ctx: typer.Context,
-    target: TargetArg = None,
+    target: TargetsArg = None,
     param: ParamOpt = None,
     model: ModelOpt = None,
     data: DataOpt = None,
@@ -112,10 +137,23 @@ def compare(
     learn_schedule: LearnScheduleOpt = None,
     init: InitOpt = None,
     init_cov: InitCovOpt = None,
+    step_size: StepSizeOpt = None,
+    unroll: UnrollOpt = None,
     iterations: IterationsOpt = None,
+    max_iterations: MaxIterationsOpt = None,
+    loss: LossOpt = None,
     batch_size: BatchOpt = None,
     lr: LrOpt = None,
     remat: RematOpt = None,
+    load: Annotated[
+        Optional[str],
+        typer.Option(
+            "--load",
+            help="With several targets: comma-separated parameter files saved with `mcd estimate --save`, "
+            "one per target in order; training is skipped.",
+            show_default=False, rich_help_panel=TRAINING,
+        ),
+    ] = None,
     samples: SamplesOpt = None,
     seed: SeedOpt = None,
     repeats: RepeatsOpt = None,
@@ -123,6 +161,7 @@ def compare(
     config: ConfigOpt = None,
     json: JsonOpt = False,
     output: OutputOpt = None,
+    plot: PlotOpt = None,
     strict: StrictOpt = False,
     quiet: QuietOpt = False,
     x64: X64Opt = False,
@@ -134,13 +173,24 @@ def compare(
     process_id: ProcessIdOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Run a grid of estimators on TARGET and print one table in the paper's layout.
+    """Run a grid of estimators on one TARGET, or compare several models by their Bayes factors.
 
-    Example: mcd compare gmm8 --sampler ula,uha --backward ais,mcd --steps 64,256 --repeats 3
+    Examples: mcd compare gmm8 --sampler ula,uha --backward ais,mcd --steps 64,256 --repeats 3;
+    mcd compare model_a.py model_b.py --backward ais --iterations 0
     """
     given = dict(locals())
     given.pop("ctx")
     values = settings.resolve(ctx, given)
+    targets = _targets(values.get("target"))
+    if len(targets) > 1:
+        _compare_models(targets, values)
+        return
+    values["target"] = targets[0] if targets else None
+    if values.get("load") is not None:
+        raise UsageError(
+            "--load in compare needs several targets (one file per target); for one target use "
+            "mcd estimate TARGET --load FILE"
+        )
     forwards = _split(values.get("sampler"), "sampler", _kernel_name(registry.FORWARD), ", ".join(registry.FORWARD))
     backwards = _split(values.get("backward"), "backward", _kernel_name(registry.BACKWARD), ", ".join(registry.BACKWARD))
     steps_list = _split(values.get("steps"), "steps", _steps_value, "positive integers")
@@ -157,6 +207,7 @@ def compare(
         available = run.available_memory()
         for plan in plans:
             run.validate(plan, available=available)
+        out.check_plot(values)
         out.warn_before(plans, values)
         if values["dry_run"]:
             out.dry_run(plans, values)
@@ -173,4 +224,96 @@ def compare(
         if not values.get("json") and primary:
             report.stdout_console().print(report.compare_table(records))
         out.warn_after(records, values)
+        out.plot_compare(values, records)
         out.strict(values, records)
+
+
+def _targets(value: Any) -> list[str]:
+    """The TARGET arguments (or the --config file's `target`: one name or a list)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+_LIST_OPTIONS = ("sampler", "backward", "steps")
+
+
+def _model_names(targets: list[str]) -> list[str]:
+    """Short names for the models: the file stem (or bundled name), made unique by position."""
+    stems = [Path(t).stem if t != "-" else "stdin" for t in targets]
+    return [s if stems.count(s) == 1 else f"{s}#{i}" for i, s in enumerate(stems)]
+
+
+def _compare_models(targets: list[str], values: dict) -> None:
+    """`mcd compare A B [C ...]`: every model with the same settings, then its Bayes factors."""
+    for name in _LIST_OPTIONS:
+        value = values.get(name)
+        if value is not None and "," in str(value):
+            raise UsageError(
+                f"--{name} {value}: several targets are compared with one setting; give one value, "
+                "or compare estimators on one target at a time"
+            )
+    if "-" in targets:
+        raise UsageError("'-' (a target on stdin) cannot be one of several targets; save the YAML to a file and name the file")
+    loads: list[Optional[Path]] = [None] * len(targets)
+    if values.get("load") is not None:
+        files = [f.strip() for f in str(values["load"]).split(",") if f.strip()]
+        if len(files) != len(targets):
+            raise UsageError(
+                f"--load has {len(files)} file(s) for {len(targets)} targets; give one file per target, "
+                "in order: --load A.npz,B.npz"
+            )
+        loads = [Path(f) for f in files]
+    kernels = {"sampler": registry.FORWARD, "backward": registry.BACKWARD}
+    for name, table in kernels.items():
+        if values.get(name) is not None and values[name] not in table:
+            raise UsageError(f"--{name}: {values[name]!r} is not one of {', '.join(table)}")
+    if values.get("steps") is not None:
+        values["steps"] = _split(values["steps"], "steps", _steps_value, "positive integers")[0]
+    settings.positive(values, "batch_size", "samples", "repeats", "hidden")
+    names = _model_names(targets)
+    with settings.precision(bool(values["x64"])):
+        plans = []
+        for i, (spec, load) in enumerate(zip(targets, loads)):
+            cell = dict(values)
+            loaded = settings.load_target(spec, values["param"], values.get("model"), values.get("data"))
+            saved = None
+            if load is not None:
+                saved = run.read_saved(load, loaded.target)
+                for name in settings.SAMPLER_FIELDS:
+                    if values.get(name) is None:
+                        cell[name] = getattr(saved.sconf, name)
+            sconf, tconf = settings.build_configs(cell, loaded.target.dim)
+            plan = settings.run_plan(loaded, sconf, tconf, cell, load=load, saved=saved)
+            plans.append(dataclasses.replace(plan, model_index=i))
+        available = run.available_memory()
+        for plan in plans:
+            run.validate(plan, available=available)
+        out.check_plot(values)
+        out.warn_before(plans, values)
+        if values["dry_run"]:
+            out.dry_run(plans, values)
+            return
+        records = []
+        with out.progress(values) as progress, settings.sigterm_as_interrupt():
+            for plan in plans:
+                rec = dataclasses.replace(run.execute(plan, progress), kind="model").as_dict()
+                out.append(values, rec)
+                if values.get("json") and is_primary():
+                    print(report.to_json(rec), flush=True)
+                records.append(rec)
+    result = comparison.from_records(records, names)
+    summary = record_.comparison_record(result, records, records[0]["seed"])
+    out.append(values, summary)
+    if values.get("json") and is_primary():
+        print(report.to_json(summary), flush=True)
+    elif is_primary():
+        report.stdout_console(width=150).print(report.bayes_factor_table(records, result))
+    out.warn_after(records, values)
+    if not values.get("quiet") and is_primary():
+        for line in result.warnings:
+            print(f"warning: {line}", file=sys.stderr)
+    out.plot_compare(values, records, names, result)
+    out.strict(values, records)

@@ -35,7 +35,9 @@ from mcd_cli.cli.options import (
     OutputOpt,
     ParamOpt,
     ModelOpt,
+    ModelIndexOpt,
     DataOpt,
+    PlotOpt,
     PresetOpt,
     QuietOpt,
     RematOpt,
@@ -122,11 +124,13 @@ def estimate(
     ] = False,
     samples: SamplesOpt = None,
     seed: SeedOpt = None,
+    model_index: ModelIndexOpt = None,
     repeats: RepeatsOpt = None,
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
     output: OutputOpt = None,
+    plot: PlotOpt = None,
     strict: StrictOpt = False,
     quiet: QuietOpt = False,
     x64: X64Opt = False,
@@ -148,14 +152,18 @@ def estimate(
     with settings.precision(bool(values["x64"])):
         plan = _plan(values)
         run.validate(plan)
+        out.check_plot(values)
         out.warn_before([plan], values)
         if values["dry_run"]:
             out.dry_run([plan], values)
             return
         with out.progress(values) as progress, settings.sigterm_as_interrupt():
-            record = run.execute(plan, progress).as_dict()
+            result = run.execute(plan, progress)
+        record = result.as_dict()
         out.append(values, record)
-        out.emit([record], values, report.estimate_table(record))
+        curve = result.elbo_history[0] if result.elbo_history else ()
+        out.emit([record], values, report.estimate_table(record, curve))
+        out.plot_estimate(values, record, result)
         out.strict(values, [record])
 
 

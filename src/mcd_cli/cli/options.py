@@ -212,6 +212,15 @@ DryRunOpt = Annotated[
         rich_help_panel=RUN,
     ),
 ]
+ModelIndexOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--model-index",
+        help="Derive the keys as model I of `mcd compare A B ...` does (root key fold_in(key(seed), I)), "
+        "to reproduce that model alone. (default: none, root key key(seed))",
+        show_default=False, rich_help_panel=RUN,
+    ),
+]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback when something fails.", rich_help_panel=RUN)]
 
 # Devices and clusters -----------------------------------------------------------------------
@@ -276,4 +285,13 @@ StrictOpt = Annotated[
 ]
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bars or warnings on stderr.", rich_help_panel=OUTPUT)
+]
+PlotOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--plot",
+        help="Write a figure of the run to this file (.png, .svg or .pdf; needs matplotlib: "
+        "pip install 'mcd-cli[plot]').",
+        show_default=False, rich_help_panel=OUTPUT,
+    ),
 ]

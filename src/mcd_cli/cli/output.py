@@ -63,6 +63,38 @@ def append(values: dict, rec: dict) -> None:
         checkpoint.append_line(values["output"], report.to_json(rec))
 
 
+def check_plot(values: dict) -> None:
+    """With --plot: the file can be written and matplotlib is there (before any work starts)."""
+    if values.get("plot") is not None:
+        from mcd_cli import plot
+
+        plot.check_path(values["plot"])
+        plot.require()
+
+
+def plot_estimate(values: dict, rec: dict, result: Any) -> None:
+    """With --plot: the figure of one run (`plot.estimate_figure`), then a line on stderr."""
+    if values.get("plot") is None or not devices.is_primary():
+        return
+    from mcd_cli import plot
+
+    weights = result.weights[0] if result.weights else None
+    plot.save(plot.estimate_figure(rec, result.elbo_history, weights), values["plot"])
+    if not values.get("quiet"):
+        print(f"figure written to {values['plot']}", file=sys.stderr)
+
+
+def plot_compare(values: dict, records: list[dict], names: Any = None, comparison: Any = None) -> None:
+    """With --plot: log Ẑ ± SE per setting or per model (`plot.compare_figure`)."""
+    if values.get("plot") is None or not devices.is_primary():
+        return
+    from mcd_cli import plot
+
+    plot.save(plot.compare_figure(records, names, comparison), values["plot"])
+    if not values.get("quiet"):
+        print(f"figure written to {values['plot']}", file=sys.stderr)
+
+
 def dry_run(plans: list[RunPlan], values: dict) -> None:
     """What would run, and about how much memory it needs."""
     import dataclasses

@@ -67,6 +67,8 @@ def _config_value(ctx: typer.Context, name: str, value: Any, path: Path) -> Any:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return parse_params(value)
         raise UsageError(f"--config '{path}': 'param' must be a mapping of target parameters, e.g. param: {{dim: 20}}")
+    if isinstance(value, list) and name == "target" and getattr(param, "nargs", 1) == -1:
+        return [str(v) for v in value]  # several targets (`mcd compare A B`)
     if isinstance(value, list):
         value = ",".join(str(v) for v in value)
     if value is None or isinstance(value, (dict, list)):
@@ -293,6 +295,7 @@ def run_plan(loaded: LoadedTarget, sconf: SamplerConfig, tconf: TrainConfig, val
         target_model=loaded.model,
         target_data=str(loaded.data) if loaded.data is not None else None,
         devices=devices.parse_count(values.get("devices")),
+        model_index=values.get("model_index"),
         **extra,
     )
 
