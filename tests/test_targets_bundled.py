@@ -41,7 +41,7 @@ def listing():
 
 
 def test_listing_has_every_bundled_target(listing):
-    assert set(EXPECTED) | {"logreg_breast_cancer"} == set(listing)
+    assert set(EXPECTED) | {"logreg_breast_cancer", "vae_mnist"} == set(listing)
     for name, item in listing.items():
         assert set(item) == {"name", "dim", "log_z", "description", "path"}
         assert item["description"] and "\n" not in item["description"]

@@ -129,13 +129,21 @@ def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool, unr
 
 
 def log_weight(
-    key: jax.Array, params: SamplerParams, target: Target, config: SamplerConfig, detach: bool = False
+    key: jax.Array,
+    params: SamplerParams,
+    target: Target,
+    config: SamplerConfig,
+    detach: bool = False,
+    context: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Log importance weight and final position of one particle.
 
     With `detach`, the trajectory is held fixed: its value is the same, but derivatives in the
     parameters are taken at the fixed points (the kernels' log densities there), never along the
     trajectory (the log-variance loss; needs a `detachable` forward kernel).
+
+    `context` (a datum's features, for an amortised score network) is handed to the backward
+    kernel with every transition; None for an unconditional target.
     """
     est = registry.estimator(config.sampler, config.backward)
     forward, backward = est.forward, est.backward
@@ -164,6 +172,8 @@ def log_weight(
         state, log_forward, transition = forward.step(
             step_key, state, Step(k, beta, delta, detach), path, resolved, evaluate
         )
+        if context is not None:
+            transition = transition._replace(context=context)
         log_backward = backward.log_density(params.backward, transition)
         return (state, log_w + log_backward - log_forward), None
 

@@ -13,6 +13,15 @@ MAX_DEFAULT_HIDDEN = 512
 INIT_METHODS = ("auto", "target", "laplace", "vi", "prior")
 STEP_SIZE_RULES = ("pilot", "fixed")
 STOP_RULES = ("plateau", "fixed")
+# Multinomial first, the default: the single-run (genealogy) standard error is only valid with it.
+RESAMPLING = ("multinomial", "systematic", "stratified")
+REFINE_EVERY = ("resample", "step")
+# Settings of the estimation only (SMC): a sampler trained or saved without them may be estimated
+# with them (`--load`, `--resume`).
+ESTIMATION_FIELDS = (
+    "resample", "resampling", "refine", "refine_steps", "leapfrog", "refine_every", "adaptive",
+    "target_ess", "max_steps",
+)
 
 
 def hidden_for(dim: int) -> int:
@@ -56,8 +65,20 @@ class SamplerConfig:
             "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a NumPyro model's prior,
             mapped to the unconstrained space); fitted once per run.
         init_cov: "diag" or "full" (Laplace only: a full covariance, applied by whitening the target).
+        context_dim: size of the datum's features the score network is conditioned on (amortised
+            MCD over the data of a conditional target); 0: unconditional.
         unroll: annealing steps fused per iteration of the compiled loop (`lax.scan(unroll=)`);
             the command line picks it by device (`run.auto_unroll`).
+        resample: SMC: resample when ESS/N falls below this fraction (0: never, importance sampling).
+        resampling: the resampling scheme, a name in `resampling.SCHEMES`.
+        refine: the Metropolis-corrected move run on the population ("none", "mala" or "hmc").
+        refine_steps: moves per refinement.
+        leapfrog: leapfrog steps per HMC move.
+        refine_every: "resample" (refine after each resampling) or "step" (after every step).
+        adaptive: adaptive tempering: β chosen from the particles, the refinement moves replace
+            the forward kernels (needs `refine`).
+        target_ess: adaptive tempering: the conditional ESS/N each step's β aims at.
+        max_steps: adaptive tempering: the most steps before the run is declared failed.
     """
 
     sampler: str = "ula"
@@ -75,7 +96,17 @@ class SamplerConfig:
     remat: bool = False
     init: str = "auto"
     init_cov: str = "diag"
+    context_dim: int = 0
     unroll: int = 1
+    resample: float = 0.0
+    resampling: str = "multinomial"
+    refine: str = "none"
+    refine_steps: int = 1
+    leapfrog: int = 10
+    refine_every: str = "resample"
+    adaptive: bool = False
+    target_ess: float = 0.5
+    max_steps: int = 1000
 
     def __post_init__(self):
         from mcd_cli.kernels import registry  # the registry imports this module's users
@@ -97,16 +128,48 @@ class SamplerConfig:
             raise ValueError(f"unroll must be at least 1, got {self.unroll}")
         if self.init_cov not in ("diag", "full"):
             raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
-        for name in ("hidden", "time_dim", "blocks"):
+        if int(self.context_dim) < 0:
+            raise ValueError(f"context_dim must be >= 0, got {self.context_dim}")
+        for name in ("hidden", "time_dim", "blocks", "refine_steps", "leapfrog", "max_steps"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 <= self.resample <= 1.0:
+            raise ValueError(f"resample must lie in [0, 1] (an ESS fraction; 0: off), got {self.resample}")
+        if self.resampling not in RESAMPLING:
+            raise ValueError(f"resampling must be one of {', '.join(RESAMPLING)}, got {self.resampling!r}")
+        if self.refine != "none" and self.refine not in registry.REFINE:
+            raise ValueError(f"refine must be one of none, {', '.join(registry.REFINE)}, got {self.refine!r}")
+        if self.refine_every not in REFINE_EVERY:
+            raise ValueError(f"refine_every must be one of {', '.join(REFINE_EVERY)}, got {self.refine_every!r}")
+        if not 0.0 < self.target_ess < 1.0:
+            raise ValueError(f"target_ess must lie in (0, 1), got {self.target_ess}")
+        if self.adaptive and self.refine == "none":
+            raise ValueError(
+                "refine must be mala or hmc with the adaptive schedule (its moves are the refinement "
+                "kernel's); add --refine hmc"
+            )
+        if self.adaptive and self.learn_schedule:
+            raise ValueError("learn_schedule and the adaptive schedule exclude each other; choose one --schedule")
 
     @property
+    def smc(self) -> bool:
+        """Whether the estimate is made by SMC (resampling, refinement or adaptive tempering)."""
+        return self.resample > 0.0 or self.refine != "none" or self.adaptive
+
+    @property
+    def schedule(self) -> str:
+        """`linear`, `learned` or `adaptive` (the `--schedule` value)."""
+        return "adaptive" if self.adaptive else ("learned" if self.learn_schedule else "linear")
+    @property
     def label(self) -> str:
-        """The paper's name of the estimator: ULA, UHA, ULA-MCD or UHA-MCD."""
+        """The estimator's name: the paper's ULA, UHA, ULA-MCD or UHA-MCD; `+SMC` when its kernels
+        run inside SMC; `SMC-HMC` (or `SMC-MALA`) for adaptive tempered SMC."""
         from mcd_cli.kernels import registry
 
-        return registry.estimator(self.sampler, self.backward).label
+        if self.adaptive:
+            return f"SMC-{self.refine.upper()}"
+        label = registry.estimator(self.sampler, self.backward).label
+        return label + "+SMC" if self.smc else label
 
 
 @dataclasses.dataclass(frozen=True)

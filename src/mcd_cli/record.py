@@ -147,6 +147,8 @@ class RunRecord:
     model_index: Optional[int] = None  # model i of a comparison (root key fold_in(key(seed), i))
     weights: tuple[WeightSummary, ...] = ()  # per repeat: the log weights' histogram and fitted tail
     kind: str = "estimate"  # "model" for a model of `mcd compare A B ...`
+    smc: tuple = ()  # per repeat: the SMC diagnostics (`run.estimate_smc`); empty without SMC
+    particles: Optional[int] = None  # the SMC population size asked for (None: one population)
 
     @property
     def estimates(self) -> tuple[Estimate, ...]:
@@ -197,13 +199,50 @@ class RunRecord:
         out: dict = {"target": self.target.spec or self.target.path, "param": param}
         out.update({k: v for k, v in (("model", self.target.model), ("data", self.target.data)) if v is not None})
         out.update(dataclasses.asdict(self.sampler))
+        if self.sampler.adaptive:
+            del out["steps"]  # an outcome of adaptive tempering, which refuses --steps
         out.update(dataclasses.asdict(self.training))
         out.update(samples=self.num_samples, seed=self.seed, repeats=self.repeats, x64=self.x64)
         if self.loaded_from is not None:
             out["load"] = self.loaded_from
         if self.model_index is not None:
             out["model_index"] = self.model_index
+        if self.particles is not None:
+            out["particles"] = self.particles
         return json_ready(out)
+
+    def smc_section(self) -> Optional[dict]:
+        """The record's `smc` section: the first repeat's per-step trace (its first population) and
+        its settings; counts, final ESS/N and acceptance over every repeat and population."""
+        if not self.smc:
+            return None
+        first = dict(self.smc[0])
+        accept = [d["mean_acceptance"] for d in self.smc if d["mean_acceptance"] is not None]
+        first.update(
+            steps=[k for d in self.smc for k in d["steps"]],
+            resamplings=[r for d in self.smc for r in d["resamplings"]],
+            final_ess=[finite(e) for d in self.smc for e in d["final_ess"]],
+            mean_acceptance=finite(sum(accept) / len(accept)) if accept else None,
+            log_z_populations=[finite(v) for d in self.smc for v in d["log_z_populations"]],
+            genealogy_stderr=[finite(v) for d in self.smc for v in d["genealogy_stderr"]],
+            log_z_is_repeats=[finite(d["log_z_is"]) for d in self.smc],
+        )
+        for key in ("ess", "acceptance", "step_size", "beta"):
+            first[key] = [finite(v) for v in first[key]]
+        return json_ready(first)
+
+    @property
+    def log_z_is(self) -> tuple[Optional[float], Optional[float]]:
+        """The importance-sampling estimate of the same kernels beside an SMC estimate (mean over
+        repeats, and its standard error: the run's own with one repeat, sd/√R with more)."""
+        values = [d["log_z_is"] for d in self.smc if d.get("log_z_is") is not None]
+        if not values or len(values) != len(self.smc):
+            return None, None
+        if len(values) == 1:
+            return values[0], self.smc[0]["log_z_is_stderr"]
+        from mcd_cli.stats import combine
+
+        return combine(values)
 
     def as_dict(self) -> dict:
         """The JSON record (docs/json.md): flat keys, every number finite or None."""
@@ -222,7 +261,8 @@ class RunRecord:
             "label": self.label,
             "sampler": s.sampler,
             "backward": s.backward,
-            "steps": int(s.steps),
+            "steps": int(self.smc[0]["steps"][0]) if s.adaptive and self.smc else int(s.steps),
+            "schedule": s.schedule,
             "log_z": finite(self.log_z),
             "log_z_stderr": finite(self.log_z_stderr),
             "log_z_stderr_method": self.combined.log_z_stderr_method,
@@ -234,6 +274,9 @@ class RunRecord:
             "stderr_disagree": self.combined.stderr_disagree,
             "log_z_repeats": [finite(e.log_z) for e in self.estimates],
             "status_repeats": [e.status.value for e in self.estimates],
+            "log_z_is": finite(self.log_z_is[0]),
+            "log_z_is_stderr": finite(self.log_z_is[1]),
+            "smc": self.smc_section(),
             "elbo": finite(self.elbo),
             "ess": finite(ess),
             "ess_per_sample": finite(ess / n) if n else None,
@@ -279,6 +322,37 @@ class RunRecord:
     def to_json(self) -> str:
         """One JSON line; refuses NaN/inf (the record holds None instead)."""
         return json.dumps(self.as_dict(), allow_nan=False, separators=(", ", ": "))
+
+
+def datum_record(datum: int, est: Optional[Estimate], known_log_z: Optional[float], error: str = "") -> dict:
+    """The JSON line of one datum of a conditional target (`"record": "datum"`, docs/json.md).
+
+    `est` is None when the datum's weights were all unusable (`status` `"failed"`, `error` says why).
+    """
+    if est is None:
+        return {
+            "record": "datum", "datum": int(datum), "log_z": None, "log_z_stderr": None,
+            "log_z_stderr_method": "none", "delta_stderr": None, "ess": None, "num_samples": 0,
+            "pareto_k": None, "elbo": None, "status": "failed", "reasons": [error],
+            "known_log_z": finite(known_log_z), "error": None, "seconds": 0.0,
+        }
+    return {
+        "record": "datum",
+        "datum": int(datum),
+        "log_z": finite(est.log_z),
+        "log_z_stderr": finite(est.log_z_stderr),
+        "log_z_stderr_method": est.log_z_stderr_method,
+        "delta_stderr": finite(est.delta_stderr),
+        "ess": finite(est.ess),
+        "num_samples": int(est.num_samples),
+        "pareto_k": finite(est.pareto_k),
+        "elbo": finite(est.elbo),
+        "status": est.status.value,
+        "reasons": list(est.reasons),
+        "known_log_z": finite(known_log_z),
+        "error": finite(est.log_z - known_log_z) if known_log_z is not None else None,
+        "seconds": round(float(est.seconds), 4),
+    }
 
 
 def comparison_record(comparison: Any, records: Sequence[dict], seed: int) -> dict:

@@ -131,8 +131,26 @@ def warnings_for(rec: dict) -> list[str]:
 _SE_METHOD = {
     "delta": "delta method",
     "replicates": "spread over repeats",
+    "smc-genealogy": "SMC genealogy, one run",
     "none": "no valid standard error",
 }
+
+
+def smc_line(smc: dict) -> str:
+    """The compact SMC line: schedule, steps, resamplings, final ESS/N, mean acceptance."""
+    runs = len(smc["steps"])
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    steps = smc["steps"][0] if runs == 1 else f"{mean(smc['steps']):.1f} (mean of {runs} runs)"
+    text = (
+        f"{smc['schedule']} schedule, K = {steps}, {mean(smc['resamplings']):.1f} resamplings "
+        f"({smc['resampling']}, ESS/N < {smc['resample']:g}), final ESS/N {mean([e or 0.0 for e in smc['final_ess']]):.2f}"
+    )
+    if smc["refine"] != "none":
+        accept = smc["mean_acceptance"]
+        text += f", {smc['refine']} acceptance {accept:.2f}" if accept is not None else f", {smc['refine']}: no moves"
+    if smc["populations"] > 1:
+        text += f"; {smc['populations']} populations of {smc['particles']}"
+    return text
 
 
 def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
@@ -188,6 +206,10 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
         "—" if ess is None else f"{ess:.1f} of {rec['num_samples']}  (ESS/N = {rec['ess_per_sample']:.3f})",
     )
     table.add_row("Pareto k̂", fmt_pareto(rec["pareto_k"]) if rec.get("pareto_tail", True) else Text("— (no tail: the largest weights are equal)", style="green"))
+    if rec.get("smc"):
+        table.add_row("SMC", smc_line(rec["smc"]))
+    if rec.get("log_z_is") is not None:
+        table.add_row("log Ẑ without SMC", fmt_log_z(rec["log_z_is"], rec.get("log_z_is_stderr")) + "  (importance sampling, same kernels)")
     if rec["loaded_from"]:
         training = f"loaded from {rec['loaded_from']}"
     else:
@@ -227,6 +249,52 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
         estimation += f"  ({rec['nonfinite_weights']} non-finite weights left out)"
     table.add_row("estimation", estimation)
     table.add_row("seed", str(rec["seed"]) + (f"  ({rec['repeats']} repeats)" if rec["repeats"] > 1 else ""))
+    table.add_row("device", f"{rec['device']}, {rec['precision']}")
+    return table
+
+
+def per_datum_table(rec: dict) -> Table:
+    """The summary of a conditional target's per-datum estimates (the `"summary"` record)."""
+    table = Table(
+        title=f"{rec['label']} on {rec['target']} (d = {rec['dim']}), {rec['num_data']} data",
+        box=box.SIMPLE_HEAD,
+        show_header=False,
+        title_justify="left",
+    )
+    table.add_column("", style="bold")
+    table.add_column("")
+    counts = rec["counts"]
+    verdicts = Text(f"{counts['ok']} ok", style=_STATUS_STYLE["ok"] if not rec["not_ok"] else "")
+    for name in ("warn", "unreliable", "failed"):
+        if counts[name]:
+            verdicts.append(f", {counts[name]} {name}", style=_STATUS_STYLE.get(name, "bold red"))
+    table.add_row("data", f"{rec['num_data']} (indices {rec['data_index'][0]}:{rec['data_index'][1]})")
+    table.add_row("verdicts", verdicts)
+    table.add_row(
+        "estimator",
+        f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, K = {rec['steps']} steps, "
+        + ("amortised over the data" if rec["amortise"] else "a separate run per datum"),
+    )
+    mean = Text(fmt(rec["mean_log_z"]), style="bold")
+    if rec["num_estimated"] < rec["num_data"]:
+        mean.append(f"  (over the {rec['num_estimated']} data with a finite estimate)", style="")
+    table.add_row("mean log Ẑ", mean)
+    table.add_row("  ± Monte Carlo", f"{fmt(rec['mc_stderr'])}  (√(Σ se_i²)/n: the sampling error, data fixed)")
+    table.add_row("  ± over data", f"{fmt(rec['data_stderr'])}  (sd/√n: the spread of log p(x) over the data)")
+    if rec["known_mean_log_z"] is not None:
+        table.add_row(
+            "known mean",
+            f"{fmt(rec['known_mean_log_z'])}  (error {rec['mean_log_z'] - rec['known_mean_log_z']:+.3f})",
+        )
+    training = (
+        f"{rec['iterations']} iterations × batch {rec['batch_size']} ({rec['data_batch']} data each), "
+        f"lr {rec['lr']:g}, {rec['train_seconds']:.1f} s"
+    )
+    if rec["skipped_steps"] or rec["recoveries"]:
+        training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
+    table.add_row("training", training)
+    table.add_row("estimation", f"{rec['num_samples']} samples per datum, {rec['estimate_seconds']:.1f} s")
+    table.add_row("seed", str(rec["seed"]))
     table.add_row("device", f"{rec['device']}, {rec['precision']}")
     return table
 

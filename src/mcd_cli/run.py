@@ -23,10 +23,12 @@ from typing import Any, Callable, Optional, Protocol
 
 import jax
 
-from mcd_cli import annealing, checkpoint, devices, objectives
-from mcd_cli.config import SamplerConfig, TrainConfig
+import numpy as np
+
+from mcd_cli import annealing, checkpoint, devices, objectives, smc
+from mcd_cli.config import ESTIMATION_FIELDS, SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
-from mcd_cli.stats import combine_estimates, summarize, summarize_weights
+from mcd_cli.stats import combine_estimates, merge_runs, smc_estimate, summarize, summarize_weights
 from mcd_cli.kernels import registry
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
@@ -89,6 +91,12 @@ class RunPlan:
     target_data: Optional[str] = None  # the --data file bound to the target's data arguments
     devices: Optional[int] = None  # devices per process to shard particles over (None: all)
     model_index: Optional[int] = None  # model i of a comparison: root key fold_in(key(seed), i)
+    particles: Optional[int] = None  # SMC population size (None: one population of num_samples)
+
+    @property
+    def population(self) -> int:
+        """SMC particles per population: `particles`, or all `num_samples` in one population."""
+        return self.num_samples if self.particles is None else min(self.particles, self.num_samples)
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
@@ -214,12 +222,13 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
     training = 0.0
     if plan.load is None and t.iterations > 0:
         training = float(t.batch_size) * (stored_steps + 1) * per_step * itemsize
-    chunk = min(plan.chunk_size, plan.num_samples)
+    chunk = plan.population if s.smc else min(plan.chunk_size, plan.num_samples)
     estimation = float(chunk) * per_step * itemsize * 2
     # Particles are sharded: each device holds its share of the batch and of the chunk.
     count = devices.particle_layout(plan.devices).count
     training /= count
-    estimation /= count
+    if not s.smc:  # SMC populations are not sharded
+        estimation /= count
     return {
         "training": training,
         "estimation": estimation,
@@ -280,7 +289,9 @@ def _file_meta(plan: RunPlan) -> dict:
 def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None:
     """Raises CheckpointError unless the checkpoint at `path` belongs to this run."""
     checkpoint.check_target(meta, plan.target, str(path))
-    differences = checkpoint.config_differences(meta.get("sampler_config", {}), plan.sconf, ignore=NUMERICS_ONLY)
+    differences = checkpoint.config_differences(
+        meta.get("sampler_config", {}), plan.sconf, ignore=NUMERICS_ONLY + ESTIMATION_FIELDS
+    )
     differences += checkpoint.config_differences(
         meta.get("train_config", {}), plan.tconf, ignore=("iterations", "chunk", "stop")
     )
@@ -318,6 +329,18 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
                 f"--init prior needs a NumPyro model target, and '{plan.target.name}' is not one; "
                 "use --init target, laplace or vi"
             )
+    if plan.sconf.smc:
+        if plan.particles is not None and plan.particles < 2:
+            raise UsageError(f"--particles must be at least 2 (an SMC population), got {plan.particles}")
+        if plan.population < 2:
+            raise UsageError(f"SMC needs at least 2 particles, got --samples {plan.num_samples}")
+        if plan.num_samples % plan.population:
+            raise UsageError(
+                f"--samples {plan.num_samples} is not a multiple of --particles {plan.population}: SMC "
+                "runs whole populations; make --samples a multiple of --particles"
+            )
+        if plan.sconf.adaptive and plan.load is not None:
+            raise UsageError("--schedule adaptive uses no trained kernels, so --load does not apply; drop one")
     objective = objectives.OBJECTIVES.get(plan.tconf.objective)
     forward = registry.FORWARD[plan.sconf.sampler]
     if objective is not None and objective.detach and not forward.detachable and plan.tconf.iterations > 0:
@@ -343,7 +366,7 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
     if plan.load is not None:
         saved = plan.saved if plan.saved is not None else read_saved(plan.load, plan.target)
         differences = checkpoint.config_differences(
-            saved.meta.get("sampler_config", {}), plan.sconf, ignore=NUMERICS_ONLY
+            saved.meta.get("sampler_config", {}), plan.sconf, ignore=NUMERICS_ONLY + ESTIMATION_FIELDS
         )
         if differences:
             raise checkpoint.CheckpointError(
@@ -377,6 +400,14 @@ def plan_warnings(plan: RunPlan) -> list[str]:
     the backward kernel in a subspace, and in high dimension it then falls far short of what it can
     reach (see docs/benchmarks.md, d = 200).
     """
+    if plan.sconf.adaptive:
+        if plan.tconf.iterations > 0:
+            return [
+                f"warning: --schedule adaptive moves the particles with --refine {plan.sconf.refine} "
+                f"only: the {plan.tconf.iterations} training iterations are skipped (--iterations 0 "
+                "says so)"
+            ]
+        return []
     est = registry.estimator(plan.sconf.sampler, plan.sconf.backward)
     return list(est.backward.warnings(plan.target.dim, plan.sconf)) + rounding_notes(plan)
 
@@ -424,6 +455,7 @@ class _Totals:
     estimates: list = dataclasses.field(default_factory=list)
     train_seconds: float = 0.0
     estimate_seconds: float = 0.0
+    smc: list = dataclasses.field(default_factory=list)
     skipped: int = 0
     recoveries: int = 0
     iterations_run: int = 0
@@ -601,6 +633,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     _, _, chunk_size = sharded_sizes(plan)
     plan = sharded_plan(plan)
     t = plan.tconf
+    if s.adaptive:
+        t = dataclasses.replace(t, iterations=0)  # nothing to train: the moves are Metropolis moves
     begin = start(plan, pilot=plan.load is None and t.iterations > 0)
     target = begin.target
     root = root_key(plan.seed, plan.model_index)
@@ -618,6 +652,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         result = None
         if loaded is not None:
             params = loaded
+        elif s.adaptive:
+            params = annealing.init_params(key_init, target, s)  # only the initial distribution is used
         else:
             result, ran = _train(plan, target, key_init, repeat, progress, update, begin.step_sizes)
             params = result.state.params
@@ -633,10 +669,14 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         callback = progress.estimation(label, total=plan.num_samples)
         t0 = time.perf_counter()
         try:
-            log_w = annealing.sample_log_weights(
-                key_estimate, params, target, s, plan.num_samples, chunk_size, callback=callback,
-                sharding=layout.particles,
-            )
+            if s.smc:
+                est, diagnostics = estimate_smc(plan, target, params, key_estimate, callback)
+                totals.smc.append(diagnostics)
+            else:
+                log_w = annealing.sample_log_weights(
+                    key_estimate, params, target, s, plan.num_samples, chunk_size, callback=callback,
+                    sharding=layout.particles,
+                )
         except KeyboardInterrupt:
             if result is None:
                 raise
@@ -644,7 +684,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
             saved, reason = _save_interrupted(plan, result.state, repeat)
             raise Interrupted(saved, result.state.iteration, t.iterations, reason) from None
         seconds = time.perf_counter() - t0
-        est = summarize(log_w, seconds=seconds)
+        est = dataclasses.replace(est, seconds=seconds) if s.smc else summarize(log_w, seconds=seconds)
         totals.estimate_seconds += seconds
         if not math.isfinite(est.log_z):
             raise RunFailed(
@@ -652,7 +692,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
                 "more steps, or check the target with `mcd check`"
             )
         totals.estimates.append(est)
-        weights.append(summarize_weights(log_w))
+        if not s.smc:  # SMC's weights are spread over resampled generations: no one histogram
+            weights.append(summarize_weights(log_w))
     return RunRecord(
         target=TargetInfo.of(target, plan.target_spec, plan.target_text, plan.target_args, plan.target_model, plan.target_data),
         sampler=s,
@@ -680,4 +721,82 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         stop_reasons=tuple(stop_reasons),
         model_index=plan.model_index,
         weights=tuple(weights),
+        smc=tuple(totals.smc),
+        particles=plan.particles,
     )
+
+
+def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callback) -> tuple[Any, dict]:
+    """The SMC estimate of one repeat and its diagnostics (the record's `smc` section).
+
+    `num_samples` particles run as `num_samples / population` independent SMC runs (population `j`
+    uses `fold_in(key, j)`), merged by averaging their Ẑ (`stats.merge_runs`). On a fixed schedule
+    the importance-sampling estimate of the same kernels (the per-particle loop, the estimation
+    key's own particles) is computed too, as `log_z_is`: what resampling and refinement bought.
+    """
+    s = plan.sconf
+    population = plan.population
+    runs = plan.num_samples // population
+    compiled = smc.compiled(target, s, population)
+    estimates, outputs = [], []
+    for j in range(runs):
+        out = jax.device_get(compiled(params, jax.random.fold_in(key, j)))
+        estimates.append(
+            smc_estimate(
+                float(out.log_z), out.log_w, out.eve, int(out.resamplings),
+                multinomial=s.resampling == "multinomial",
+            )
+        )
+        outputs.append(out)
+        callback((j + 1) * population, plan.num_samples)
+    merged = merge_runs(estimates)
+    if not math.isfinite(merged.log_z):
+        raise RunFailed(
+            f"the SMC log Z estimate is {merged.log_z}: every particle's weight vanished; use more "
+            "--samples, a higher --target-ess, or check the target with `mcd check`"
+        )
+    first = outputs[0]
+    k = int(first.steps)
+    if s.adaptive and float(first.trace.beta[k - 1]) < 1.0:
+        raise RunFailed(
+            f"adaptive tempering reached β = {float(first.trace.beta[k - 1]):.4g} in --max-steps "
+            f"{s.max_steps} steps, not 1; raise --max-steps or lower --target-ess"
+        )
+    acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
+    acceptance = acceptance[np.isfinite(acceptance)]
+    diagnostics = {
+        "schedule": s.schedule,
+        "resample": s.resample,
+        "resampling": s.resampling,
+        "refine": s.refine,
+        "refine_steps": s.refine_steps,
+        "leapfrog": s.leapfrog,
+        "refine_every": "step" if s.adaptive else s.refine_every,
+        "target_ess": s.target_ess if s.adaptive else None,
+        "particles": population,
+        "populations": runs,
+        "steps": [int(o.steps) for o in outputs],
+        "resamplings": [int(o.resamplings) for o in outputs],
+        "final_ess": [float(e.ess / e.num_samples) for e in estimates],
+        "mean_acceptance": float(acceptance.mean()) if acceptance.size else None,
+        "log_z_populations": [float(e.log_z) for e in estimates],
+        "genealogy_stderr": [float(e.delta_stderr) for e in estimates],
+        "beta": [float(v) for v in first.trace.beta[:k]],
+        "ess": [float(v) for v in first.trace.ess[:k]],
+        "acceptance": [float(v) for v in first.trace.acceptance[:k]],
+        "step_size": [float(v) for v in first.trace.step_size[:k]],
+        "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
+        "log_z_is": None,
+        "log_z_is_stderr": None,
+        "log_z_is_status": None,
+    }
+    if not s.adaptive:
+        try:
+            log_w = annealing.sample_log_weights(key, params, target, s, plan.num_samples, plan.chunk_size)
+            plain = summarize(log_w)
+            diagnostics.update(
+                log_z_is=plain.log_z, log_z_is_stderr=plain.log_z_stderr, log_z_is_status=plain.status.value
+            )
+        except RunFailed:
+            diagnostics["log_z_is_status"] = "unreliable"
+    return merged, diagnostics

@@ -5,6 +5,10 @@ table; then `blocks` residual blocks of
 `LayerNorm → swish → Linear(d_h → 2 d_h) + Linear(d_t → 2 d_h) → swish → Linear(2 d_h → d_h)`;
 then a final linear layer to the output dimension, initialised to zero so that the network
 outputs exactly zero at initialisation (the warm start that makes MCD equal AIS).
+
+Amortised over data (a conditional target), the network also takes the datum's features `c`:
+a learned linear embedding `Linear(d_c → d_h)` of `c` is added to the projection of `z`, so one
+network serves every datum.
 """
 
 from __future__ import annotations
@@ -31,8 +35,12 @@ def init(
     hidden: int = 128,
     time_dim: int = 16,
     blocks: int = 3,
+    context_dim: int = 0,
 ) -> dict:
     """Parameters of a score network mapping `(k, z ∈ R^in_dim)` to `R^out_dim`, `k ∈ 0..steps`.
+
+    With `context_dim > 0` it also takes a context vector of that size (see `apply`); its embedding
+    is drawn from `fold_in(key, 1)`, so the other parameters are those of the unconditional network.
 
     Example:
         >>> p = init(jax.random.key(0), in_dim=3, out_dim=3, steps=8, hidden=16)
@@ -52,12 +60,15 @@ def init(
                 "down": _dense(k3, 2 * hidden, hidden),
             }
         )
-    return {
+    params = {
         "proj": _dense(keys[0], in_dim, hidden),
         "embed": jax.random.normal(keys[1], (steps + 1, time_dim)),
         "blocks": block_params,
         "out": {"w": jnp.zeros((hidden, out_dim)), "b": jnp.zeros((out_dim,))},
     }
+    if context_dim:
+        params["context"] = _dense(jax.random.fold_in(key, 1), context_dim, hidden)
+    return params
 
 
 def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float = 1e-6) -> jax.Array:
@@ -66,9 +77,12 @@ def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float = 1e
     return (x - mean) * jax.lax.rsqrt(var + eps) * scale + bias
 
 
-def apply(params: dict, k: jax.Array, z: jax.Array) -> jax.Array:
-    """Network output for one point `z` (shape `(in_dim,)`) at step index `k` (integer)."""
+def apply(params: dict, k: jax.Array, z: jax.Array, context: jax.Array | None = None) -> jax.Array:
+    """Network output for one point `z` (shape `(in_dim,)`) at step index `k` (integer), given the
+    datum's features `context` (shape `(context_dim,)`) when the network was built with them."""
     h = _apply_dense(params["proj"], z)
+    if context is not None:
+        h = h + _apply_dense(params["context"], context)
     emb = params["embed"][k]
     for blk in params["blocks"]:
         r = jax.nn.swish(_layer_norm(h, blk["norm_scale"], blk["norm_bias"]))

@@ -137,7 +137,7 @@ class Estimate:
         log_z: `logsumexp(log w) − log N`.
         log_z_stderr: the standard error to report, or None when there is none that means
             anything (status unreliable).
-        log_z_stderr_method: `"delta"` or `"none"`.
+        log_z_stderr_method: `"delta"`, `"smc-genealogy"` (an SMC run) or `"none"`.
         delta_stderr: the delta-method value `sqrt(1/ESS − 1/N)`, always computed.
         delta_stderr_uncertainty: the standard deviation of `delta_stderr` as an estimate, from
             the sample fourth moment of the weights (see `delta_stderr_uncertainty`).
@@ -540,6 +540,135 @@ def summarize(log_w: np.ndarray, seconds: float = 0.0) -> Estimate:
     )
 
 
+def genealogy_relative_variance(log_w: np.ndarray, eve: np.ndarray, resamplings: int) -> tuple[float, float]:
+    """Lee & Whiteley's (2018) estimate of `Var(Ẑ)/Z²` from one SMC run, and the effective number
+    of time-0 ancestors it rests on.
+
+    With `W_i` the final normalised weights, `E_i` each final particle's time-0 ancestor (its Eve
+    index), `S_m = Σ_{i: E_i = m} W_i` and `R` resamplings,
+
+        V̂ / Ẑ² = 1 − (N / (N − 1))^{R+1} · (1 − Σ_m S_m²).
+
+    Without resampling (`R = 0`, `E_i = i`) this is `(N/ESS − 1)/(N − 1)`: the unbiased sample
+    variance of the weights over `N Ŵ²`, i.e. the importance-sampling formula (the delta-method
+    SE squared times `N/(N − 1)`). The second value, `1/Σ_m S_m²`, is the effective number of
+    distinct Eve lineages: when it is small the genealogy has collapsed and the estimate is
+    useless (Olsson & Douc 2019).
+
+    Example:
+        >>> v, lineages = genealogy_relative_variance(np.zeros(4), np.arange(4), 0)
+        >>> v, lineages
+        (0.0, 4.0)
+    """
+    lw = np.asarray(log_w, dtype=np.float64)
+    lw = np.where(np.isnan(lw), -np.inf, lw)
+    n = lw.size
+    w = np.exp(lw - np.max(lw))
+    w = w / w.sum()
+    s = np.bincount(np.asarray(eve, dtype=np.int64), weights=w, minlength=n)
+    sum_sq = float(np.sum(s * s))
+    factor = math.exp((resamplings + 1) * (math.log(n) - math.log(n - 1)))
+    return 1.0 - factor * (1.0 - sum_sq), 1.0 / sum_sq
+
+
+def smc_estimate(
+    log_z_resampled: float,
+    log_w: np.ndarray,
+    eve: np.ndarray,
+    resamplings: int,
+    seconds: float = 0.0,
+    multinomial: bool = True,
+) -> Estimate:
+    """The estimate of one SMC run: `log Ẑ = log_z_resampled + logsumexp(log w) − log N`, the
+    verdict of its final weights (`summarize`), and the genealogy standard error.
+
+    `log_z_stderr = sqrt(V̂/Ẑ²)` (`genealogy_relative_variance`; the delta method on the relative
+    variance), method `"smc-genealogy"`. None (method `"none"`) when the verdict of the final
+    weights is unreliable, when fewer than `ESS_MIN` effective Eve lineages are left (a collapsed
+    genealogy), or when the estimate is negative; also None, with a warning, when the run resampled
+    with a scheme other than multinomial (`multinomial=False`), for which the estimate is biased
+    low (lineages coalesce less; measured in docs/method.md). `delta_stderr` holds the genealogy value whatever
+    the verdict, and its uncertainty `se / sqrt(2 L)` with `L` the effective lineages: the
+    variance is an average over about `L` independent lineage groups.
+
+    Example:
+        >>> e = smc_estimate(0.0, np.zeros(100), np.arange(100), 0)
+        >>> e.log_z, e.log_z_stderr, e.log_z_stderr_method
+        (0.0, 0.0, 'smc-genealogy')
+    """
+    final = summarize(log_w, seconds=seconds)
+    relvar, lineages = genealogy_relative_variance(log_w, eve, resamplings)
+    se = math.sqrt(relvar) if relvar >= 0.0 else math.nan
+    reasons = list(final.reasons)
+    status = final.status
+    if lineages < ESS_MIN:
+        reasons.append(f"the genealogy collapsed: {lineages:.1f} effective initial ancestors left")
+        status = Status.UNRELIABLE
+    elif not math.isfinite(se):
+        reasons.append("the genealogy variance estimate is negative")
+        status = Status.UNRELIABLE
+    valid = status is not Status.UNRELIABLE
+    if valid and resamplings > 0 and not multinomial:
+        reasons.append(
+            "no single-run standard error with systematic or stratified resampling; use --resampling "
+            "multinomial, or --repeats"
+        )
+        status = worst([status, Status.WARN])
+        valid = False
+    return dataclasses.replace(
+        final,
+        log_z=float(log_z_resampled) + final.log_z,
+        log_z_stderr=se if valid else None,
+        log_z_stderr_method="smc-genealogy" if valid else "none",
+        delta_stderr=se,
+        delta_stderr_uncertainty=se / math.sqrt(2.0 * lineages) if math.isfinite(se) else math.nan,
+        elbo=float(log_z_resampled) + final.elbo,
+        status=status,
+        reasons=tuple(reasons),
+    )
+
+
+def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
+    """J independent SMC runs (populations) of one log Z merged into one estimate.
+
+    `Ẑ = mean_j Ẑ_j` (still unbiased), so `log Ẑ = logsumexp(log Ẑ_j) − log J`; the relative
+    variance of the mean is `Σ_j Ẑ_j² v_j / (Σ_j Ẑ_j)²` with `v_j` each run's genealogy relative
+    variance. The verdict is the worst run's; ESS, N and the non-finite counts add up, k̂ is the
+    worst, the ELBO the mean.
+    """
+    estimates = tuple(estimates)
+    if len(estimates) == 1:
+        return estimates[0]
+    log_z = np.array([e.log_z for e in estimates])
+    top = float(np.max(log_z))
+    z = np.exp(log_z - top)
+    se = np.array([e.delta_stderr for e in estimates])
+    merged = math.sqrt(float(np.sum(z * z * se * se))) / float(np.sum(z))
+    lineage_u = [e.delta_stderr_uncertainty / e.delta_stderr for e in estimates if e.delta_stderr > 0]
+    status = worst([e.status for e in estimates])
+    valid = (
+        status is not Status.UNRELIABLE
+        and math.isfinite(merged)
+        and all(e.log_z_stderr is not None for e in estimates)
+    )
+    reasons = tuple(f"population {j + 1}: {r}" for j, e in enumerate(estimates) for r in e.reasons)
+    return Estimate(
+        log_z=top + math.log(float(np.sum(z)) / len(estimates)),
+        log_z_stderr=merged if valid else None,
+        log_z_stderr_method="smc-genealogy" if valid else "none",
+        delta_stderr=merged,
+        delta_stderr_uncertainty=merged * (max(lineage_u) if lineage_u else 0.0) / math.sqrt(len(estimates)),
+        elbo=float(np.mean([e.elbo for e in estimates])),
+        ess=float(sum(e.ess for e in estimates)),
+        num_samples=int(sum(e.num_samples for e in estimates)),
+        pareto_k=max(e.pareto_k for e in estimates),
+        num_nonfinite=int(sum(e.num_nonfinite for e in estimates)),
+        seconds=float(sum(e.seconds for e in estimates)),
+        status=status,
+        reasons=reasons,
+    )
+
+
 def combine(values: Sequence[float]) -> tuple[float, Optional[float]]:
     """Mean and standard error (`sd / √R`) of R independent log Z estimates; stderr is None if R < 2.
 
@@ -651,7 +780,7 @@ def combine_estimates(estimates: Sequence[Estimate]) -> Combined:
         for text in e.reasons
     ]
     disagree: Optional[bool] = None
-    if replicate_se is not None and all(e.log_z_stderr_method == "delta" for e in estimates):
+    if replicate_se is not None and all(e.log_z_stderr_method in ("delta", "smc-genealogy") for e in estimates):
         # u of the combined delta SE: d(delta_se)/d(se_r) = se_r / (R² delta_se).
         u = (
             math.sqrt(sum((e.delta_stderr * e.delta_stderr_uncertainty) ** 2 for e in estimates))
@@ -717,3 +846,39 @@ def advice(result: Union[Estimate, Combined]) -> str:
         )
         return "usable, but to firm it up: " + _COVER + extra
     return "nothing to fix; more samples (--samples) or repeats (--repeats) shrink the standard error"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSummary:
+    """The mean of per-datum log Ẑ over n data, with its two uncertainties.
+
+    Attributes:
+        mean: `mean_i log Ẑ(x_i)`.
+        mc_stderr: the Monte Carlo uncertainty of that mean, `sqrt(Σ se_i²) / n` (the data held
+            fixed: what more samples per datum would shrink); None when n = 0.
+        data_stderr: the spread over data, `sd_i(log Ẑ(x_i)) / √n` (what more data would shrink, as
+            an estimate of the population's mean log p(x)); None when n < 2.
+        num_data: n.
+    """
+
+    mean: float
+    mc_stderr: Optional[float]
+    data_stderr: Optional[float]
+    num_data: int
+
+
+def summarize_data(log_z: Sequence[float], stderr: Sequence[float]) -> DataSummary:
+    """Combines per-datum estimates `log_z[i] ± stderr[i]` into the mean over the data.
+
+    Example:
+        >>> s = summarize_data([1.0, 3.0], [0.3, 0.4])
+        >>> s.mean, round(s.mc_stderr, 12), s.data_stderr
+        (2.0, 0.25, 1.0)
+    """
+    v = np.asarray(log_z, dtype=np.float64)
+    se = np.asarray(stderr, dtype=np.float64)
+    if v.size == 0:
+        return DataSummary(float("nan"), None, None, 0)
+    mc = float(math.sqrt(np.sum(se * se)) / v.size)
+    spread = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else None
+    return DataSummary(float(v.mean()), mc, spread, int(v.size))

@@ -10,6 +10,7 @@ from mcd_cli.cli.app import app
 from mcd_cli.cli.options import DataOpt, DebugOpt, JsonOpt, ModelOpt, ParamOpt, TargetArg, X64Opt
 from mcd_cli.errors import RunFailed
 from mcd_cli.record import finite
+from mcd_cli.targets.conditional import ConditionalTarget, first_datum
 
 
 @app.command()
@@ -30,6 +31,8 @@ def check(
 
     with settings.precision(x64):
         target_obj = settings.load_target(target, settings.parse_params(param), model, data).target
+        if isinstance(target_obj, ConditionalTarget):
+            target_obj = first_datum(target_obj)
         result = check_target(target_obj)
     if json:
         data = result.as_dict()

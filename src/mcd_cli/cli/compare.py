@@ -18,6 +18,7 @@ import typer
 from mcd_cli import comparison, record as record_, report, run
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
+from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli.app import app
 from mcd_cli.cli.options import (
     SAMPLER,
@@ -197,6 +198,11 @@ def compare(
     settings.positive(values, "batch_size", "samples", "repeats", "hidden")
     with settings.precision(bool(values["x64"])):
         loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
+        if isinstance(loaded.target, ConditionalTarget):
+            raise UsageError(
+                f"'{loaded.target.name}' is a conditional target (one log Z per datum), which compare does not "
+                "take; run `mcd estimate` once per setting (see benchmarks/vae_table.py for a table)"
+            )
         plans = []
         for s in forwards:
             for b in backwards:

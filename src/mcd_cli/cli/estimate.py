@@ -7,12 +7,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from mcd_cli import report, run
+from mcd_cli import perdatum, report, run
+from mcd_cli.errors import Unreliable, UsageError
+from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
+from mcd_cli.errors import UsageError
 from mcd_cli.cli.options import (
     SAMPLER,
+    LeapfrogOpt,
+    MaxStepsOpt,
+    ParticlesOpt,
+    RefineEveryOpt,
+    RefineOpt,
+    RefineStepsOpt,
+    ResampleOpt,
+    ResamplingOpt,
+    ScheduleOpt,
+    TargetEssOpt,
     Backward,
     BatchOpt,
     ConfigOpt,
@@ -37,6 +50,8 @@ from mcd_cli.cli.options import (
     ModelOpt,
     ModelIndexOpt,
     DataOpt,
+    DataIndexOpt,
+    AmortiseOpt,
     PlotOpt,
     PresetOpt,
     QuietOpt,
@@ -63,6 +78,7 @@ def estimate(
     param: ParamOpt = None,
     model: ModelOpt = None,
     data: DataOpt = None,
+    data_index: DataIndexOpt = None,
     sampler: Annotated[
         Optional[Sampler],
         typer.Option(
@@ -83,6 +99,7 @@ def estimate(
     ] = None,
     hidden: HiddenOpt = None,
     learn_schedule: LearnScheduleOpt = None,
+    schedule: ScheduleOpt = None,
     init: InitOpt = None,
     init_cov: InitCovOpt = None,
     step_size: StepSizeOpt = None,
@@ -93,6 +110,7 @@ def estimate(
     batch_size: BatchOpt = None,
     lr: LrOpt = None,
     remat: RematOpt = None,
+    amortise: AmortiseOpt = None,
     save: Annotated[
         Optional[Path],
         typer.Option("--save", help="Save the trained parameters to this file (.npz).", show_default=False, rich_help_panel=TRAINING),
@@ -122,6 +140,15 @@ def estimate(
         bool,
         typer.Option("--resume", help="Continue from the checkpoint in --checkpoint DIR, if there is one.", rich_help_panel=TRAINING),
     ] = False,
+    resample: ResampleOpt = None,
+    resampling: ResamplingOpt = None,
+    refine: RefineOpt = None,
+    refine_steps: RefineStepsOpt = None,
+    leapfrog: LeapfrogOpt = None,
+    refine_every: RefineEveryOpt = None,
+    target_ess: TargetEssOpt = None,
+    max_steps: MaxStepsOpt = None,
+    particles: ParticlesOpt = None,
     samples: SamplesOpt = None,
     seed: SeedOpt = None,
     model_index: ModelIndexOpt = None,
@@ -150,7 +177,17 @@ def estimate(
     given.pop("ctx")
     values = settings.resolve(ctx, given)
     with settings.precision(bool(values["x64"])):
-        plan = _plan(values)
+        loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
+        if isinstance(loaded.target, ConditionalTarget):
+            _per_datum(ctx, loaded, values)
+            return
+        if values.get("data_index") is not None or values.get("amortise") is not None:
+            given = "--data-index" if values.get("data_index") is not None else "--amortise/--separate"
+            raise UsageError(
+                f"{given} applies to conditional targets (log_density(z, x) with a data set), and "
+                f"'{loaded.target.name}' is not one; drop it"
+            )
+        plan = _plan(values, loaded)
         run.validate(plan)
         out.check_plot(values)
         out.warn_before([plan], values)
@@ -167,9 +204,34 @@ def estimate(
         out.strict(values, [record])
 
 
-def _plan(values: dict) -> run.RunPlan:
-    settings.positive(values, "steps", "batch_size", "samples", "repeats", "hidden")
-    loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
+def _schedule(values: dict) -> None:
+    """`--schedule` onto the config fields: learned/linear set `learn_schedule` (whose flags are its
+    aliases), adaptive sets `adaptive`; a contradiction, or --steps with adaptive, is refused."""
+    schedule = values.get("schedule")
+    if schedule is None:
+        return
+    learn = values.get("learn_schedule")
+    if schedule in ("linear", "learned"):
+        if learn is not None and learn != (schedule == "learned"):
+            flag = "--learn-schedule" if learn else "--fixed-schedule"
+            raise UsageError(f"--schedule {schedule} contradicts {flag}; keep one")
+        values["learn_schedule"] = schedule == "learned"
+        return
+    if learn:
+        raise UsageError("--schedule adaptive contradicts --learn-schedule; keep one")
+    if values.get("steps") is not None:
+        raise UsageError(
+            "--steps does not apply to --schedule adaptive (the number of steps is an outcome, capped "
+            "by --max-steps); drop --steps"
+        )
+    values["adaptive"] = True
+
+
+def _plan(values: dict, loaded: settings.LoadedTarget) -> run.RunPlan:
+    settings.positive(
+        values, "steps", "batch_size", "samples", "repeats", "hidden", "refine_steps", "leapfrog", "max_steps"
+    )
+    _schedule(values)
     saved = None
     if values.get("load") is not None:
         saved = run.read_saved(values["load"], loaded.target)
@@ -188,4 +250,72 @@ def _plan(values: dict) -> run.RunPlan:
         checkpoint_dir=values.get("checkpoint"),
         checkpoint_every=settings.checkpoint_every(values),
         resume=bool(values.get("resume")),
+        particles=values.get("particles"),
     )
+
+
+_NOT_PER_DATUM = {
+    "load": "--load", "save": "--save", "checkpoint": "--checkpoint", "resume": "--resume", "plot": "--plot",
+}
+
+
+def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> None:
+    """A conditional target: one JSON line per datum (stdout with --json, and --output), then the summary."""
+    settings.positive(values, "steps", "batch_size", "samples", "hidden")
+    for name, flag in _NOT_PER_DATUM.items():
+        if values.get(name):
+            raise UsageError(f"{flag} is not available for a conditional target (one estimate per datum); drop it")
+    if (values.get("repeats") or 1) > 1:
+        raise UsageError("--repeats is not available for a conditional target; each datum is one estimate, use --seed")
+    target = loaded.target
+    if values.get("data_index") is not None:
+        target = target.select(*perdatum.parse_index(values["data_index"], target.num_data))
+    amortise = target.amortise if values.get("amortise") is None else bool(values["amortise"])
+    if amortise and values.get("context_dim") is None:
+        values["context_dim"] = target.context_dim
+    if values.get("step_size") == "pilot":
+        if settings._explicit(ctx, "step_size"):
+            raise UsageError(
+                "--step-size auto fits one target by a pilot run; a conditional target's step sizes start at "
+                "--step-size NUMBER and are learned over the data: give a number"
+            )
+        values["step_size"] = "fixed"
+    sconf, tconf = settings.build_configs(values, target.dim)
+    plan = perdatum.PerDatumPlan(
+        target=target,
+        sconf=sconf,
+        tconf=tconf,
+        amortise=amortise,
+        num_samples=values.get("samples") or run.DEFAULT_SAMPLES,
+        seed=values.get("seed") or 0,
+        x64=bool(values["x64"]),
+        target_spec=loaded.spec,
+        target_args=loaded.args,
+        target_data=str(loaded.data) if loaded.data is not None else None,
+    )
+    perdatum.validate(plan)
+    if values["dry_run"]:
+        print(
+            f"ok: {sconf.label} K={sconf.steps} on {target.name} (d = {target.dim}), {target.num_data} data, "
+            f"{'amortised' if amortise else 'a separate run per datum'}, {tconf.iterations} iterations × batch "
+            f"{tconf.batch_size}, {plan.num_samples} samples per datum"
+        )
+        return
+
+    def on_datum(rec: dict) -> None:
+        out.append(values, rec)
+        if values.get("json"):
+            print(report.to_json(rec), flush=True)
+
+    with out.progress(values) as progress, settings.sigterm_as_interrupt():
+        summary = perdatum.execute(plan, on_datum, progress)
+    out.append(values, summary)
+    if values.get("json"):
+        print(report.to_json(summary), flush=True)
+    else:
+        report.stdout_console().print(report.per_datum_table(summary))
+    if values.get("strict") and summary["counts"]["unreliable"] + summary["counts"]["failed"]:
+        raise Unreliable(
+            f"unreliable estimates under --strict: {summary['counts']['unreliable'] + summary['counts']['failed']} "
+            f"of {summary['num_data']} data; train longer (--iterations) or use more steps (--steps)"
+        )

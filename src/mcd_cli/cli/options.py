@@ -13,12 +13,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from mcd_cli.config import INIT_METHODS, PRESETS, SamplerConfig, TrainConfig
+from mcd_cli.config import INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig
 from mcd_cli.kernels import registry
 from mcd_cli.run import DEFAULT_SAMPLES
 
 TARGET, SAMPLER, TRAINING, OUTPUT, RUN = "Target", "Sampler", "Training", "Output", "Run control"
 DEVICES = "Devices and clusters"
+SMC = "Sequential Monte Carlo"
 
 _S = SamplerConfig()
 _T = TrainConfig()
@@ -56,8 +57,28 @@ DataOpt = Annotated[
     typer.Option(
         "--data",
         help="Named arrays (.npz, .csv with a header row, or .json) bound to the target's data "
-        "arguments by name: a NumPyro model's keyword arguments.",
+        "arguments by name: a NumPyro model's keyword arguments, or a conditional target's data set "
+        "(the array named data, or the only one; one datum per row).",
         show_default=False, rich_help_panel=TARGET,
+    ),
+]
+
+DataIndexOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--data-index",
+        help="Conditional targets: estimate only the data i:j (Python slice rules; i:, :j or one index). "
+        "(default: all)",
+        show_default=False, rich_help_panel=TARGET,
+    ),
+]
+AmortiseOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--amortise/--separate",
+        help="Conditional targets: train one sampler for all the data, its score network conditioned on "
+        "the datum (amortise), or a separate run per datum. (default: the file's `amortise`, else separate)",
+        show_default=False, rich_help_panel=TRAINING,
     ),
 ]
 
@@ -98,6 +119,98 @@ InitCovOpt = Annotated[
         "--init-cov",
         help="With --init laplace: diag, or full (the target is whitened by the Laplace covariance). (default: diag)",
         show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+
+Schedule = enum.Enum("Schedule", {name: name for name in ("linear", "learned", "adaptive")}, type=str)
+ScheduleOpt = Annotated[
+    Optional[Schedule],
+    typer.Option(
+        "--schedule",
+        help="Annealing schedule β: linear (β_k = k/K), learned (trained with the kernels), or adaptive "
+        "(tempered SMC: β chosen from the particles for --target-ess, moves by --refine; needs "
+        "--refine mala|hmc, refuses --steps). --learn-schedule/--fixed-schedule are aliases of "
+        "learned/linear. (default: linear)",
+        show_default=False, rich_help_panel=SAMPLER,
+    ),
+]
+
+# Sequential Monte Carlo ---------------------------------------------------------------------
+ResampleOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--resample",
+        help="Resample the particles when ESS/N falls below this fraction (0: never, plain importance "
+        f"sampling; e.g. 0.5). (default: {_S.resample:g})",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+Resampling = enum.Enum("Resampling", {name: name for name in RESAMPLING}, type=str)
+ResamplingOpt = Annotated[
+    Optional[Resampling],
+    typer.Option(
+        "--resampling",
+        help="Resampling scheme: multinomial, systematic or stratified (lower variance, but no single-run "
+        f"standard error). (default: {_S.resampling})",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+Refine = enum.Enum("Refine", {name: name for name in ("none", *registry.REFINE)}, type=str)
+RefineOpt = Annotated[
+    Optional[Refine],
+    typer.Option(
+        "--refine",
+        help="Metropolis-corrected move that refines the particles at each β: none, mala or hmc. "
+        f"(default: {_S.refine})",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+RefineStepsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--refine-steps", help=f"Moves per refinement. (default: {_S.refine_steps})",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+LeapfrogOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--leapfrog", help=f"Leapfrog steps per HMC move (--refine hmc). (default: {_S.leapfrog})",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+RefineEvery = enum.Enum("RefineEvery", {name: name for name in REFINE_EVERY}, type=str)
+RefineEveryOpt = Annotated[
+    Optional[RefineEvery],
+    typer.Option(
+        "--refine-every",
+        help="Refine after each resampling, or after every step. (default: resample; adaptive: every step)",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+TargetEssOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--target-ess",
+        help=f"--schedule adaptive: the conditional ESS/N each new β aims at. (default: {_S.target_ess:g})",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+MaxStepsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-steps",
+        help=f"--schedule adaptive: the most tempering steps before the run fails. (default: {_S.max_steps})",
+        show_default=False, rich_help_panel=SMC,
+    ),
+]
+ParticlesOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--particles",
+        help="SMC population size: --samples particles run as independent populations of this size, "
+        "merged by averaging Ẑ (bounds memory). (default: --samples, one population)",
+        show_default=False, rich_help_panel=SMC,
     ),
 ]
 

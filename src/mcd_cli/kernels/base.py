@@ -15,15 +15,18 @@ over the momentum `p_{k-1}` given `(x_{k-1}, p̃_k)`. A `Transition` names the r
 AIS mean and scale of its Gaussian, and where and how a learned correction enters the mean:
 `mean + score_scale · s(k, score_input)`. So any forward kernel composes with any backward kernel.
 
-Metropolis-corrected moves (MALA, HMC) leave `γ_k` invariant and carry no transition density:
-their incremental weight is 1. They slot in beside the forward kernels as a third kind, a pure
-`step(key, state, step, path, resolved, evaluate) -> (state, info)` that a population sampler runs
-after resampling, and that never enters the importance-weight ratio.
+Metropolis-corrected moves (`mala`, `hmc`) leave `γ_k` invariant and carry no transition density:
+their incremental weight is 1. They are the third kind, a `RefineKernel`: a pure
+`step(key, state, beta, path, evaluate, params, leapfrog) -> (state, acceptance probability)` that
+the population sampler (`mcd_cli.smc`) runs after resampling (or after every step), and that never
+enters the importance-weight ratio. It moves `state.position` and updates the cached
+`state.log_target` and `state.target_grad`, so it works on the state of any forward kernel (UHA's
+momentum is left as it is, which keeps `γ_k(x) N(p; 0, M)` invariant).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -78,7 +81,9 @@ class Transition(NamedTuple):
     """One step's Gaussian reversal, to be scored by a backward kernel.
 
     The backward density is `N(reverse; mean + score_scale · s(index, score_input), scale²)`,
-    coordinate-wise, where `s ≡ 0` is the AIS reversal.
+    coordinate-wise, where `s ≡ 0` is the AIS reversal. `context` (the datum's features, for a
+    conditional target with an amortised score network) is set by the annealing loop, not by the
+    forward kernel; None when the target is unconditional.
     """
 
     index: Array  # k
@@ -87,6 +92,7 @@ class Transition(NamedTuple):
     scale: Array  # its standard deviation (scalar or per coordinate)
     score_input: Array  # what a learned correction is conditioned on
     score_scale: Array  # how the correction enters the mean
+    context: Optional[Array] = None  # the datum the correction is also conditioned on
 
 
 def gaussian_log_density(value: Array, mean: Array, scale: Array) -> Array:
@@ -125,6 +131,35 @@ class ForwardKernel(NamedTuple):
     score_input_dim: Callable[[int], int]
     state_size: Callable[[int], int]
     detachable: bool = False
+
+
+class RefineParams(NamedTuple):
+    """The tuned quantities of a refinement move, adapted between steps from the particles."""
+
+    step_size: Array  # ε
+    inv_mass: Array  # (d,) diagonal preconditioner C = M⁻¹ (the particles' variance)
+
+
+def annealed_log_density(path: AnnealedPath, beta: Array, x: Array, log_target: Array) -> Array:
+    """`log γ_β(x) = β log γ(x) + (1 − β) log π0(x)` from the cached `log γ(x)`."""
+    return beta * log_target + (1.0 - beta) * path.initial_log_density(x)
+
+
+class RefineKernel(NamedTuple):
+    """A Metropolis-corrected move that leaves `γ_β` invariant (incremental weight 1).
+
+    Attributes:
+        name: registry name (`--refine`).
+        target_acceptance: the mean acceptance rate the step size is adapted towards.
+        step: `(key, state, beta, path, evaluate, params, leapfrog) -> (state, acceptance)`, for
+            one particle; `state` has `position`, `log_target` and `target_grad`.
+        gradients: `leapfrog -> ` target gradients per move.
+    """
+
+    name: str
+    target_acceptance: float
+    step: Callable
+    gradients: Callable[[int], int]
 
 
 class BackwardKernel(NamedTuple):

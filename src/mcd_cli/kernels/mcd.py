@@ -12,19 +12,22 @@ from mcd_cli.kernels.base import BackwardKernel, Transition, gaussian_log_densit
 
 
 def init_params(key, in_dim, out_dim, steps, config):
-    """The residual score network of width `config.hidden`, output layer zero."""
-    return score.init(key, in_dim, out_dim, steps, config.hidden, config.time_dim, config.blocks)
+    """The residual score network of width `config.hidden`, output layer zero (conditioned on the
+    datum's features when `config.context_dim > 0`)."""
+    return score.init(
+        key, in_dim, out_dim, steps, config.hidden, config.time_dim, config.blocks, config.context_dim
+    )
 
 
 def log_density(params, t: Transition):
-    correction = score.apply(params, t.index, t.score_input)
+    correction = score.apply(params, t.index, t.score_input, t.context)
     return gaussian_log_density(t.reverse, t.mean + t.score_scale * correction, t.scale)
 
 
 def param_count(in_dim, out_dim, config) -> float:
     """About as many parameters as the residual score network has."""
     h, t = config.hidden, config.time_dim
-    return float(in_dim * h + h * out_dim + config.blocks * (5 * h * h + 2 * t * h) + (config.steps + 1) * t)
+    return float((in_dim + config.context_dim) * h + h * out_dim + config.blocks * (5 * h * h + 2 * t * h) + (config.steps + 1) * t)
 
 
 def activations(config) -> float:

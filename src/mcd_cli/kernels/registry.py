@@ -15,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Union
 
-from mcd_cli.kernels import ais, mcd, uha, ula
-from mcd_cli.kernels.base import BackwardKernel, ForwardKernel
+from mcd_cli.kernels import ais, hmc, mala, mcd, uha, ula
+from mcd_cli.kernels.base import BackwardKernel, ForwardKernel, RefineKernel
 
 FORWARD: dict[str, ForwardKernel] = {k.name: k for k in (ula.KERNEL, uha.KERNEL)}
 BACKWARD: dict[str, BackwardKernel] = {k.name: k for k in (ais.KERNEL, mcd.KERNEL)}
+# Metropolis-corrected moves for the population sampler (`--refine`).
+REFINE: dict[str, RefineKernel] = {k.name: k for k in (mala.KERNEL, hmc.KERNEL)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,13 @@ def backward(name: str) -> BackwardKernel:
     if name not in BACKWARD:
         raise ValueError(f"backward must be one of {', '.join(BACKWARD)}, got {name!r}")
     return BACKWARD[name]
+
+
+def refine(name: str) -> RefineKernel:
+    """The refinement kernel called `name` (ValueError naming the choices otherwise)."""
+    if name not in REFINE:
+        raise ValueError(f"refine must be none or one of {', '.join(REFINE)}, got {name!r}")
+    return REFINE[name]
 
 
 def estimator(sampler: str, backward_name: str) -> Estimator:

@@ -127,8 +127,8 @@ def bundled_targets() -> list[dict]:
     """Describes every bundled target, loaded with its default parameters.
 
     Returns:
-        One dict per target with keys `name`, `dim`, `log_z` (None when unknown), `description`,
-        `path`, sorted by name.
+        One dict per target with keys `name`, `dim`, `log_z` (None when unknown or, for a
+        conditional target, one per datum), `description`, `path`, sorted by name.
 
     Example:
         >>> names = [t["name"] for t in bundled_targets()]
@@ -142,7 +142,7 @@ def bundled_targets() -> list[dict]:
             {
                 "name": name,
                 "dim": target.dim,
-                "log_z": target.log_z,
+                "log_z": None if callable(target.log_z) else target.log_z,
                 "description": target.description,
                 "path": str(path),
             }

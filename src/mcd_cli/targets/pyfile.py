@@ -9,7 +9,10 @@ either
 * `make_target(**params)`, whose keyword defaults declare parameters settable as `key=value`, and
   which returns a dict with the same keys (or a `Target`); or
 * a NumPyro model function `model` (or another name, given as `model=`), whose keyword arguments
-  take the data (see `numpyro_model.py`).
+  take the data (see `numpyro_model.py`); or
+* a conditional target: `dim`, `log_density(z, x)` (two arguments: latents and one datum) and a
+  data set `data` (or a `--data` file), with optional functions of the datum `initial(x)`,
+  `log_z(x)`, `features(x)` and the flag `amortise` (see `conditional.py`).
 
 Every failure is a `TargetError` with a one-line message naming the file (and line).
 """
@@ -26,6 +29,7 @@ from types import ModuleType
 from typing import Any, Iterator, Mapping, Optional
 
 from mcd_cli.targets import numpyro_model
+from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.fields import build
 from mcd_cli.targets.numpyro_model import missing_numpyro
@@ -140,6 +144,109 @@ def declared(module: ModuleType, display: str) -> dict[str, Any]:
     return declared_params(make_target, f"make_target in {display}")
 
 
+CONDITIONAL_KEYS = ("log_density", "dim", "data", "initial", "log_z", "features", "amortise", "name", "description")
+
+
+def takes_datum(fn: Any) -> bool:
+    """Whether `log_density` takes `(z, x)` (two required positional parameters): a conditional target."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(positional) == 2
+
+
+def _data_array(data: Mapping[str, Any], display: str) -> Any:
+    """The data set from a --data file's named arrays: the one named `data`, or the only one."""
+    if "data" in data:
+        return data["data"]
+    if len(data) == 1:
+        return next(iter(data.values()))
+    raise TargetError(
+        f"{display} takes one data set, but the --data file holds {', '.join(sorted(data))}; name the "
+        "array `data` (e.g. numpy.savez('test.npz', data=x))"
+    )
+
+
+def _conditional(
+    module: ModuleType, params: Optional[Mapping[str, Any]], display: str, path: Path,
+    data: Optional[Mapping[str, Any]],
+) -> ConditionalTarget:
+    if params:
+        raise TargetError(f"{display} takes no parameters, got {', '.join(params)}")
+    if not hasattr(module, "dim"):
+        raise TargetError(f"{display} defines log_density(z, x) but not dim; add `dim = <number of latents>`")
+    if data:
+        array = _data_array(data, display)
+    elif hasattr(module, "data"):
+        array = module.data
+    else:
+        raise TargetError(
+            f"{display} defines log_density(z, x) but no data set; define `data` (one datum per row) "
+            "or pass --data FILE"
+        )
+    initial = getattr(module, "initial", None)
+    mean, scale = 0.0, 1.0
+    if initial is not None and not callable(initial):
+        from mcd_cli.targets.fields import parse_initial
+
+        (mean, scale), initial = parse_initial(initial, display), None
+    log_z = getattr(module, "log_z", None)
+    if log_z is not None and not callable(log_z):
+        raise TargetError(
+            f"{display}: log_z must be a function log_z(x) of the datum when log_density takes (z, x), "
+            f"got {type(log_z).__name__}"
+        )
+    doc = (module.__doc__ or "").strip().splitlines()
+    try:
+        target = ConditionalTarget.create(
+            module.log_density,
+            module.dim,
+            array,
+            initial=initial,
+            initial_mean=mean,
+            initial_scale=scale,
+            log_z=log_z,
+            features=getattr(module, "features", None),
+            amortise=bool(getattr(module, "amortise", False)),
+            name=getattr(module, "name", path.stem),
+            description=getattr(module, "description", doc[0] if doc else ""),
+            source=str(path),
+        )
+    except TargetError as err:
+        raise TargetError(f"{display}: {err}") from None
+    _probe_conditional(target, display, path)
+    return target
+
+
+def _probe_conditional(target: ConditionalTarget, display: str, path: Path) -> None:
+    """Traces the functions of the first datum once: a scalar log density, initial and features of the right shapes."""
+    import jax
+    import jax.numpy as jnp
+
+    from mcd_cli.targets.conditional import context, datum_target
+
+    x = jnp.asarray(target.data[0])
+    try:
+        one = jax.eval_shape(lambda z: target.log_density(z, x), jax.ShapeDtypeStruct((target.dim,), x.dtype))
+        if one.shape != ():
+            raise TargetError(f"{display}: log_density(z, x) must return a scalar, got shape {one.shape}")
+        jax.eval_shape(lambda x: datum_target(target, x).initial_mean, x)
+        jax.eval_shape(lambda x: context(target, x), x)
+    except TargetError:
+        raise
+    except Exception as err:  # the user's functions may raise anything
+        raise TargetError(
+            f"{where(display, err, [path])}: evaluating the first datum failed: {one_line(err)}"
+        ) from None
+
+
 def from_module(
     module: ModuleType,
     params: Optional[Mapping[str, Any]] = None,
@@ -155,6 +262,11 @@ def from_module(
     """
     path = Path(module.__file__).resolve()
     display = display or str(path)
+    if callable(getattr(module, "log_density", None)) and takes_datum(module.log_density):
+        if model is not None:
+            raise TargetError(f"{display} is a conditional target, not a NumPyro model; it takes no model name")
+        with _folder_on_path(path.parent):
+            return _conditional(module, params, display, path, data)
     plain = [k for k in ("make_target", "log_density") if hasattr(module, k)]
     if plain and (model is not None or data):
         given = "model name" if model is not None else "data"

@@ -1,0 +1,192 @@
+"""`mcd`'s adaptive tempered SMC beside BlackJAX's, and the calibration of its one-run standard error.
+
+Needs BlackJAX (`pip install '.[bench]'`). For each target, dimension and seed, in the same process
+and interleaved (so both see the same machine load):
+
+- BlackJAX `adaptive_tempered_smc` with an HMC kernel (step size `--bj-step-size`, unit mass,
+  `--leapfrog` steps, `--moves` moves per temperature, systematic resampling at every step,
+  target ESS `--target-ess`), prior π0 and likelihood γ/π0, log Ẑ the sum of the increments;
+- `mcd estimate TARGET --backward ais --iterations 0 --resample 0.5 --refine hmc --schedule adaptive
+  --refine-steps MOVES --leapfrog L --target-ess E --samples N --seed S` as a library call
+  (`run.execute`): the same particle count, moves and leapfrog steps; its step size and diagonal
+  mass adapt from the particles, it resamples when ESS/N < 0.5, and it reports a genealogy SE.
+
+Seconds are wall time including compilation (the first seed of each cell pays it; the tables
+quote medians over seeds). Rendered with `--render`: RMSE of log Ẑ over seeds, median seconds,
+and for `mcd` the fraction of seeds whose ±2 SE interval covers the truth.
+
+Usage:
+
+    python benchmarks/smc_vs_blackjax.py --targets gmm8 gauss_narrow student_t3 funnel --dim 20 --seeds 10
+    python benchmarks/smc_vs_blackjax.py --render
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from common import RESULTS, ResultFile, log  # noqa: E402
+from mcd_cli import run  # noqa: E402
+from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.targets import load_target  # noqa: E402
+
+OUTPUT = RESULTS / "smc_vs_blackjax.json"
+
+
+_BLACKJAX: dict = {}
+
+
+def blackjax_step(target, args):
+    """BlackJAX's SMC and its jitted step, built once per target (compiled once, like mcd's)."""
+    key = (target.name, target.dim)
+    if key in _BLACKJAX:
+        return _BLACKJAX[key]
+    import blackjax
+    from blackjax.smc import extend_params, resampling
+
+    prior = target.initial_log_density
+
+    def loglik(x):
+        return target.log_density(x) - prior(x)
+
+    hmc_params = extend_params({
+        "step_size": args.bj_step_size,
+        "inverse_mass_matrix": jnp.ones(target.dim),
+        "num_integration_steps": args.leapfrog,
+    })
+    smc = blackjax.adaptive_tempered_smc(
+        prior, loglik, blackjax.hmc.build_kernel(), blackjax.hmc.init, hmc_params,
+        resampling.systematic, args.target_ess, num_mcmc_steps=args.moves,
+    )
+    _BLACKJAX[key] = smc, jax.jit(smc.step)
+    return _BLACKJAX[key]
+
+
+def run_blackjax(target, args, seed: int) -> dict:
+    t0 = time.perf_counter()
+    smc, step = blackjax_step(target, args)
+    key_init, key_run = jax.random.split(jax.random.key(seed))
+    mean = jnp.asarray(target.initial_mean, dtype=jnp.float32)
+    scale = jnp.asarray(target.initial_scale, dtype=jnp.float32)
+    x0 = mean + scale * jax.random.normal(key_init, (args.particles, target.dim))
+    state = smc.init(x0)
+    log_z, steps = 0.0, 0
+    while float(state.tempering_param) < 1.0 and steps < args.max_steps:
+        state, info = step(jax.random.fold_in(key_run, steps), state)
+        log_z += float(info.log_likelihood_increment)
+        steps += 1
+    seconds = time.perf_counter() - t0
+    done = float(state.tempering_param) >= 1.0
+    return {"log_z": log_z if done else None, "error": (log_z - target.log_z) if done else None,
+            "steps": steps, "seconds": seconds}
+
+
+def run_mcd(target, args, seed: int) -> dict:
+    sconf = SamplerConfig(
+        backward="ais", adaptive=True, refine="hmc", resample=0.5, refine_steps=args.moves,
+        leapfrog=args.leapfrog, target_ess=args.target_ess, max_steps=args.max_steps,
+    )
+    plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0),
+                       num_samples=args.particles, seed=seed)
+    t0 = time.perf_counter()
+    rec = run.execute(plan).as_dict()
+    seconds = time.perf_counter() - t0
+    return {"log_z": rec["log_z"], "error": rec["error"], "stderr": rec["log_z_stderr"],
+            "stderr_method": rec["log_z_stderr_method"], "status": rec["status"],
+            "steps": rec["steps"], "resamplings": rec["smc"]["resamplings"][0],
+            "mean_acceptance": rec["smc"]["mean_acceptance"], "seconds": seconds}
+
+
+def render(path: Path) -> str:
+    import json
+
+    data = json.loads(path.read_text())
+    cells = data["cells"]
+    groups: dict = {}
+    for key, cell in cells.items():
+        target, dim, method, _ = key.split("/")
+        groups.setdefault((target, dim), {}).setdefault(method, []).append(cell)
+    lines = ["# Adaptive tempered SMC: mcd beside BlackJAX", ""]
+    for s in data["sessions"]:
+        m = s["machine"]
+        lines.append(
+            f"- `{s['command']}`  \n  {m['cpu_model']}, {m['cpu_count']} cores (pinned to one, shared with "
+            f"other jobs), load average at start {', '.join(f'{v:.1f}' for v in m['load_average_at_start'])}; "
+            f"JAX {m['jax']} ({m['backend']}); commit `{(m['git_commit'] or '')[:10]}`; {m['date']}"
+        )
+    lines += ["", f"Settings: `{json.dumps(data['settings'])}`", "",
+              "| target | d | seeds | BlackJAX RMSE | mcd RMSE | ratio | BlackJAX median s | mcd median s "
+              "| mcd median steps | mcd ±2 SE coverage |", "|---|---|---|---|---|---|---|---|---|---|"]
+    covered_all = total_all = 0
+    for (target, dim), methods in sorted(groups.items()):
+        bj, mc = methods.get("blackjax", []), methods.get("mcd", [])
+        n = min(len(bj), len(mc))
+        if n == 0:
+            continue
+
+        def rmse(cs):
+            errs = [c["error"] for c in cs if c["error"] is not None]
+            return math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else float("nan")
+
+        covered = sum(1 for c in mc if c["stderr"] is not None and abs(c["error"]) <= 2 * c["stderr"])
+        covered_all += covered
+        total_all += len(mc)
+        r_bj, r_mc = rmse(bj), rmse(mc)
+        lines.append(
+            f"| {target} | {dim[1:]} | {n} | {r_bj:.3f} | {r_mc:.3f} | {r_mc / r_bj:.2f} | "
+            f"{np.median([c['seconds'] for c in bj]):.1f} | {np.median([c['seconds'] for c in mc]):.1f} | "
+            f"{np.median([c['steps'] for c in mc]):.0f} | {covered}/{len(mc)} |"
+        )
+    if total_all:
+        p = covered_all / total_all
+        lines += ["", f"Pooled ±2 SE coverage of mcd's genealogy standard error: {covered_all}/{total_all} = "
+                  f"{p:.2f} ± {math.sqrt(p * (1 - p) / total_all):.2f} (binomial SE)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--targets", nargs="+", default=["gmm8", "gauss_narrow", "student_t3", "funnel"])
+    parser.add_argument("--dim", type=int, nargs="+", default=[20])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--particles", type=int, default=4096)
+    parser.add_argument("--moves", type=int, default=5)
+    parser.add_argument("--leapfrog", type=int, default=10)
+    parser.add_argument("--target-ess", type=float, default=0.5)
+    parser.add_argument("--bj-step-size", type=float, default=0.2)
+    parser.add_argument("--max-steps", type=int, default=1000)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--render", action="store_true")
+    args = parser.parse_args()
+    if args.render:
+        text = render(args.output)
+        args.output.with_suffix(".md").write_text(text)
+        print(text)
+        return
+    settings = {k: getattr(args, k) for k in ("particles", "moves", "leapfrog", "target_ess", "bj_step_size", "max_steps")}
+    results = ResultFile(args.output, "smc_vs_blackjax", settings)
+    for dim in args.dim:
+        for name in args.targets:
+            target = load_target(name, {"dim": str(dim)})
+            for seed in range(args.seeds):
+                for method, fn in (("blackjax", run_blackjax), ("mcd", run_mcd)):
+                    key = f"{name}/d{dim}/{method}/seed{seed}"
+                    if key in results:
+                        continue
+                    cell = fn(target, args, seed)
+                    log(f"{key}: {cell}")
+                    results.add(key, cell)
+
+
+if __name__ == "__main__":
+    main()

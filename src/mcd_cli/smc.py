@@ -1,0 +1,385 @@
+"""Sequential Monte Carlo: the particles move through the annealing together, and are resampled.
+
+The per-particle loop (`mcd_cli.annealing`) gives importance sampling; here one population of N
+particles is stepped by `lax.scan` (fixed schedule) or `lax.while_loop` (adaptive tempering),
+the kernels `vmap`ped over the particles inside. After step k the log weights gain the
+incremental weight
+
+    log G_k = log γ̃_k(s_k) − log γ̃_{k−1}(s_{k−1})
+              + log B_{k−1}(s_{k−1} | s_k) − log F_k(s_k | s_{k−1}),
+
+where `γ̃_k` is the annealed density of the whole particle state (UHA: `γ_k(x) N(p; 0, M)`), so
+the product of the `G_k` telescopes to the importance weight of the per-particle loop. When the
+effective sample size falls below `resample · N` the population is resampled (`resampling`),
+the running `log Ẑ` gains `logsumexp(log w) − log N` and the weights restart at zero; each
+particle's time-0 ancestor (its "Eve" index) is carried along for the genealogy variance
+(`stats.smc_estimate`). Resampling never happens after the last step, whose weights close the
+estimate. Metropolis-corrected moves (`kernels.mala`, `kernels.hmc`) at `β_k` then refine the
+particles after each resampling (`refine_every="resample"`) or every step; their weight is 1.
+Their step size adapts between steps from the acceptance rate and their diagonal preconditioner
+from the particles' weighted variance.
+
+With `adaptive`, the forward and backward kernels are not used: the moves are the refinement
+kernel's, the incremental weight is `(β′ − β)(log γ(x) − log π0(x))` at the current particles, and
+β′ is found by bisection so that the conditional ESS (Zhou, Johansen & Aston 2016) of those
+weights is `target_ess` (classic adaptive tempered SMC, as BlackJAX's `adaptive_tempered_smc`).
+
+With a fixed schedule and fixed kernels Ẑ is unbiased for Z whatever the resampling (Del Moral
+2004); choices made from the particles (adaptive β, adapted step sizes and mass) add a small bias.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from mcd_cli.config import SamplerConfig
+    >>> from mcd_cli.targets import Target
+    >>> from mcd_cli import annealing
+    >>> target = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=2)
+    >>> config = SamplerConfig(backward="ais", steps=8, resample=0.5)
+    >>> params = annealing.init_params(jax.random.key(0), target, config)
+    >>> out = run(jax.random.key(1), params, target, config, 64)
+    >>> out.log_w.shape, out.trace.beta.shape
+    ((64,), (8,))
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from mcd_cli import annealing, resampling
+from mcd_cli.config import SamplerConfig
+from mcd_cli.kernels import registry
+from mcd_cli.kernels.base import AnnealedPath, RefineKernel, RefineParams, Step
+from mcd_cli.kernels.ula import ULAState
+from mcd_cli.targets.base import Target
+
+# The bisection on β′ halves [β, 1] this many times: below float32 resolution of β.
+BISECTION_STEPS = 40
+# Step-size adaptation: ε ← ε · exp(ADAPT_RATE · (acceptance − target)), bounded per step.
+ADAPT_RATE = 2.0
+MIN_VARIANCE = 1e-8
+# Adaptive tempering puts ESS/N at `target_ess` up to float rounding; the resampling test allows
+# that much, so `resample = target_ess` resamples after every step (classic tempered SMC) instead
+# of flipping on the rounding of the bisection.
+ESS_ROUNDING = 1e-3
+
+
+class Population(NamedTuple):
+    """The particle system between steps.
+
+    Attributes:
+        states: the kernel states, batched over particles (leading axis N).
+        log_w: log weights since the last resampling, (N,).
+        log_z: the log Ẑ accumulated at the resamplings so far.
+        eve: each particle's time-0 ancestor, (N,) int32.
+        resamplings: how many times the population was resampled.
+        refine: the refinement kernel's step size and preconditioner.
+    """
+
+    states: Any
+    log_w: jax.Array
+    log_z: jax.Array
+    eve: jax.Array
+    resamplings: jax.Array
+    refine: RefineParams
+
+
+class Trace(NamedTuple):
+    """Per-step diagnostics, arrays over steps (K for a fixed schedule, `max_steps` when adaptive;
+    `SMCOutput.steps` says how many are used)."""
+
+    beta: jax.Array  # β_k after step k
+    ess: jax.Array  # ESS / N after the reweighting, before any resampling
+    resampled: jax.Array  # whether the population was resampled after step k
+    acceptance: jax.Array  # mean acceptance of the refinement moves (NaN: none made)
+    step_size: jax.Array  # the refinement step size used (NaN: none made)
+
+
+class SMCOutput(NamedTuple):
+    """One SMC run: `log Ẑ = log_z + logsumexp(log_w) − log N`, and what its error needs."""
+
+    log_z: jax.Array  # accumulated at the resamplings
+    log_w: jax.Array  # final log weights since the last resampling, (N,)
+    eve: jax.Array  # final particles' time-0 ancestors, (N,)
+    resamplings: jax.Array
+    steps: jax.Array  # steps taken (K; adaptive: the outcome)
+    trace: Trace
+
+
+def normalised(log_w: jax.Array) -> jax.Array:
+    """Normalised weights `W = softmax(log w)`, NaN weights set to zero."""
+    log_w = jnp.where(jnp.isnan(log_w), -jnp.inf, log_w)
+    return jax.nn.softmax(log_w)
+
+
+def ess_fraction(log_w: jax.Array) -> jax.Array:
+    """`ESS / N = (Σ w)² / (N Σ w²)`, in log space."""
+    log_w = jnp.where(jnp.isnan(log_w), -jnp.inf, log_w)
+    return jnp.exp(2.0 * logsumexp(log_w) - logsumexp(2.0 * log_w)) / log_w.shape[0]
+
+
+def conditional_ess(log_weights_now: jax.Array, log_increment: jax.Array) -> jax.Array:
+    """Conditional ESS / N of an incremental weight: `(Σ W_i u_i)² / Σ W_i u_i²` (Zhou et al. 2016)."""
+    log_w = jnp.where(jnp.isnan(log_weights_now), -jnp.inf, log_weights_now)
+    log_w = log_w - logsumexp(log_w)
+    a = jnp.where(jnp.isnan(log_increment), -jnp.inf, log_increment)
+    return jnp.exp(2.0 * logsumexp(log_w + a) - logsumexp(log_w + 2.0 * a))
+
+
+def next_beta(beta: jax.Array, log_w: jax.Array, log_likelihood: jax.Array, target_ess: float) -> jax.Array:
+    """The β′ ∈ (β, 1] whose conditional ESS is `target_ess` (1 when even β′ = 1 keeps it).
+
+    `log_likelihood = log γ(x) − log π0(x)` at the particles; the incremental log weight of β → β′
+    is `(β′ − β) · log_likelihood`, whose conditional ESS decreases as β′ grows.
+    """
+
+    def cess(b):
+        return conditional_ess(log_w, (b - beta) * log_likelihood)
+
+    def bisect(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        ok = cess(mid) >= target_ess
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    one = jnp.ones_like(beta)
+    lo, _ = jax.lax.fori_loop(0, BISECTION_STEPS, bisect, (beta, one))
+    # The bisection never returns β itself: a step of at least one float spacing always moves on.
+    lo = jnp.maximum(lo, jnp.nextafter(beta, one))
+    return jnp.where(cess(one) >= target_ess, one, lo)
+
+
+def _take(tree: Any, idx: jax.Array) -> Any:
+    return jax.tree.map(lambda a: a[idx], tree)
+
+
+def resample_population(pop: Population, key: jax.Array, resampler: Callable) -> Population:
+    """Resamples the particles: `log Ẑ` gains the log mean weight, the weights restart at zero."""
+    n = pop.log_w.shape[0]
+    idx = resampler(key, normalised(pop.log_w), n)
+    return pop._replace(
+        states=_take(pop.states, idx),
+        log_w=jnp.zeros_like(pop.log_w),
+        log_z=pop.log_z + logsumexp(jnp.where(jnp.isnan(pop.log_w), -jnp.inf, pop.log_w)) - math.log(n),
+        eve=pop.eve[idx],
+        resamplings=pop.resamplings + 1,
+    )
+
+
+def initial_refine_params(kernel: RefineKernel, dim: int, dtype) -> RefineParams:
+    """Starting step size: `d^{-1/3}` for MALA-like moves, `d^{-1/4}` for HMC (optimal scalings)."""
+    power = 1.0 / 3.0 if kernel.gradients(2) == 1 else 0.25
+    return RefineParams(jnp.asarray(dim ** (-power), dtype), jnp.ones((dim,), dtype))
+
+
+def refine_population(
+    pop: Population,
+    key: jax.Array,
+    beta: jax.Array,
+    kernel: RefineKernel,
+    path: AnnealedPath,
+    evaluate: Callable,
+    config: SamplerConfig,
+    adapt: bool,
+) -> tuple[Population, jax.Array, jax.Array]:
+    """`refine_steps` Metropolis moves of every particle at β: `(population, acceptance, ε used)`.
+
+    Before the moves the preconditioner is set to the particles' weighted variance; after them the
+    step size moves towards the kernel's target acceptance (when `adapt`).
+    """
+    params = pop.refine
+    if adapt:
+        x = pop.states.position
+        w = normalised(pop.log_w)[:, None]
+        mean = jnp.sum(w * x, axis=0)
+        var = jnp.sum(w * (x - mean) ** 2, axis=0)
+        params = params._replace(inv_mass=jnp.maximum(var, MIN_VARIANCE))
+
+    def one_move(states, move_key):
+        keys = jax.random.split(move_key, pop.log_w.shape[0])
+        states, accept = jax.vmap(
+            lambda k, s: kernel.step(k, s, beta, path, evaluate, params, config.leapfrog)
+        )(keys, states)
+        return states, jnp.mean(accept)
+
+    states, accepts = jax.lax.scan(one_move, pop.states, jax.random.split(key, config.refine_steps))
+    acceptance = jnp.mean(accepts)
+    used = params.step_size
+    if adapt:
+        factor = jnp.exp(jnp.clip(ADAPT_RATE * (acceptance - kernel.target_acceptance), -1.0, 1.0))
+        params = params._replace(step_size=params.step_size * factor)
+    return pop._replace(states=states, refine=params), acceptance, used
+
+
+def _no_refine(pop: Population) -> tuple[Population, jax.Array, jax.Array]:
+    nan = jnp.full((), jnp.nan, pop.log_w.dtype)
+    return pop, nan, nan
+
+
+def _initial_population(key, path, evaluate, num, init_state, refine_kernel, dim) -> tuple[Population, Any]:
+    keys = jax.random.split(key, num)
+    x0 = jax.vmap(path.sample_initial)(keys)
+    log_target0, target_grad0 = jax.vmap(evaluate)(x0)
+    states, log_w0 = init_state(keys, x0, log_target0, target_grad0)
+    dtype = log_w0.dtype
+    kernel = refine_kernel or registry.REFINE["mala"]
+    return Population(
+        states=states,
+        log_w=log_w0,
+        log_z=jnp.zeros((), dtype),
+        eve=jnp.arange(num, dtype=jnp.int32),
+        resamplings=jnp.zeros((), jnp.int32),
+        refine=initial_refine_params(kernel, dim, dtype),
+    ), x0
+
+
+def run(
+    key: jax.Array,
+    params: annealing.SamplerParams,
+    target: Target,
+    config: SamplerConfig,
+    num: int,
+    adapt: bool = True,
+) -> SMCOutput:
+    """One SMC run of `num` particles on the configured schedule (fixed, or adaptive).
+
+    Args:
+        key: PRNG key of the run.
+        params: the sampler's parameters (the path and the kernels'; ignored by `adaptive`, which
+            uses only the initial distribution).
+        target: the target.
+        config: the sampler, with its SMC fields (`resample`, `resampling`, `refine`, ...).
+        num: particles N.
+        adapt: adapt the refinement's step size and preconditioner from the particles (off: the
+            kernels are fixed, and Ẑ is exactly unbiased on a fixed schedule).
+    """
+    if config.adaptive:
+        return _run_adaptive(key, params, target, config, num, adapt)
+    return _run_fixed(key, params, target, config, num, adapt)
+
+
+def _run_fixed(key, params, target, config, num, adapt) -> SMCOutput:
+    est = registry.estimator(config.sampler, config.backward)
+    forward, backward = est.forward, est.backward
+    refine_kernel = registry.refine(config.refine) if config.refine != "none" else None
+    resampler = resampling.scheme(config.resampling)
+    path = annealing.annealed_path(params.path, target, config)
+    resolved = forward.prepare(params.forward, target.dim)
+    evaluate = jax.value_and_grad(target.log_density)
+    key_init, key_steps = jax.random.split(key)
+
+    def extra(states):  # the kernel's own terms of γ̃ (UHA: log N(p; 0, M))
+        return jax.vmap(lambda s: forward.finish(s, resolved) - s.log_target)(states)
+
+    def log_gamma(beta, states):
+        x = states.position
+        return beta * states.log_target + (1.0 - beta) * jax.vmap(path.initial_log_density)(x) + extra(states)
+
+    def init_state(keys, x0, log_target0, target_grad0):
+        kernel_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+        states, log_w0 = jax.vmap(lambda k, x, v, g: forward.init(k, x, v, g, resolved))(
+            kernel_keys, x0, log_target0, target_grad0
+        )
+        # log w_0 = [kernel's initial terms] − log π0(x_0) + log γ̃_0(s_0): zero for ULA and UHA.
+        return states, log_w0 - jax.vmap(path.initial_log_density)(x0) + log_gamma(0.0, states)
+
+    pop, _ = _initial_population(key_init, path, evaluate, num, init_state, refine_kernel, target.dim)
+    steps = config.steps
+
+    def one_step(pop: Population, inputs):
+        k, delta, beta_prev, beta, step_key = inputs
+        k_move, k_resample, k_refine = jax.random.split(step_key, 3)
+        move_keys = jax.random.split(k_move, num)
+        states, log_forward, transition = jax.vmap(
+            lambda kk, s: forward.step(kk, s, Step(k, beta, delta), path, resolved, evaluate)
+        )(move_keys, pop.states)
+        log_backward = jax.vmap(lambda t: backward.log_density(params.backward, t))(transition)
+        increment = log_gamma(beta, states) - log_gamma(beta_prev, pop.states) + log_backward - log_forward
+        pop = pop._replace(states=states, log_w=pop.log_w + increment)
+        ess = ess_fraction(pop.log_w)
+        do_resample = (ess < config.resample) & (k < steps)
+        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler), lambda p: p, pop)
+        if refine_kernel is None:
+            pop, acceptance, used = _no_refine(pop)
+        else:
+            do_refine = (do_resample if config.refine_every == "resample" else jnp.asarray(True)) & (k < steps)
+            pop, acceptance, used = jax.lax.cond(
+                do_refine,
+                lambda p: refine_population(p, k_refine, beta, refine_kernel, path, evaluate, config, adapt),
+                _no_refine,
+                pop,
+            )
+        return pop, Trace(beta, ess, do_resample, acceptance, used)
+
+    inputs = (
+        jnp.arange(1, steps + 1),
+        path.step_sizes,
+        path.betas[:-1],
+        path.betas[1:],
+        jax.random.split(key_steps, steps),
+    )
+    pop, trace = jax.lax.scan(one_step, pop, inputs)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, jnp.asarray(steps, jnp.int32), trace)
+
+
+def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
+    refine_kernel = registry.refine(config.refine)
+    resampler = resampling.scheme(config.resampling)
+    path = annealing.annealed_path(params.path, target, config)
+    evaluate = jax.value_and_grad(target.log_density)
+    key_init, key_steps = jax.random.split(key)
+
+    def init_state(keys, x0, log_target0, target_grad0):
+        return ULAState(x0, log_target0, target_grad0), jnp.zeros_like(log_target0)
+
+    pop, _ = _initial_population(key_init, path, evaluate, num, init_state, refine_kernel, target.dim)
+    cap = config.max_steps
+    dtype = pop.log_w.dtype
+    nan = jnp.full((cap,), jnp.nan, dtype)
+    trace = Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan)
+
+    def cond(carry):
+        _, beta, k, _ = carry
+        return (beta < 1.0) & (k < cap)
+
+    def body(carry):
+        pop, beta, k, trace = carry
+        k_resample, k_refine = jax.random.split(jax.random.fold_in(key_steps, k))
+        states = pop.states
+        log_likelihood = states.log_target - jax.vmap(path.initial_log_density)(states.position)
+        log_likelihood = jnp.where(jnp.isnan(log_likelihood), -jnp.inf, log_likelihood)
+        beta_new = next_beta(beta, pop.log_w, log_likelihood, config.target_ess)
+        increment = jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (beta_new - beta) * log_likelihood)
+        pop = pop._replace(log_w=pop.log_w + increment)
+        ess = ess_fraction(pop.log_w)
+        last = beta_new >= 1.0
+        do_resample = (ess < config.resample + ESS_ROUNDING) & ~last
+        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler), lambda p: p, pop)
+        pop, acceptance, used = jax.lax.cond(
+            ~last,
+            lambda p: refine_population(p, k_refine, beta_new, refine_kernel, path, evaluate, config, adapt),
+            _no_refine,
+            pop,
+        )
+        trace = Trace(
+            trace.beta.at[k].set(beta_new),
+            trace.ess.at[k].set(ess),
+            trace.resampled.at[k].set(do_resample),
+            trace.acceptance.at[k].set(acceptance),
+            trace.step_size.at[k].set(used),
+        )
+        return pop, beta_new, k + 1, trace
+
+    carry = (pop, jnp.zeros((), dtype), jnp.zeros((), jnp.int32), trace)
+    pop, beta, steps, trace = jax.lax.while_loop(cond, body, carry)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace)
+
+
+@functools.lru_cache(maxsize=16)
+def compiled(target: Target, config: SamplerConfig, num: int, adapt: bool = True) -> Callable:
+    """`run` compiled for one target, configuration and population size: `(params, key) -> SMCOutput`."""
+    return jax.jit(lambda params, key: run(key, params, target, config, num, adapt))

@@ -1,0 +1,57 @@
+"""`mcd estimate` with SMC end to end: adaptive tempering, learned kernels inside SMC, the record's
+`smc` section, the table's line, and the one-line usage errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import NO_TRAIN, one_line_error, records
+
+ADAPTIVE = ["--backward", "ais", "--iterations", "0", "--resample", "0.5", "--refine", "mala",
+            "--schedule", "adaptive", "--samples", "256"]
+
+
+def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
+    code, out, err = mcd(["estimate", gauss_yaml, *ADAPTIVE, "--json"])
+    assert code == 0, err
+    (rec,) = records(out)
+    assert rec["label"] == "SMC-MALA" and rec["schedule"] == "adaptive"
+    assert rec["log_z_stderr_method"] == "smc-genealogy" and rec["log_z_stderr"] > 0
+    # Known log Z = 0: within 4 of its own standard errors plus the O(1/N) adaptive bias.
+    assert abs(rec["error"]) < 4 * rec["log_z_stderr"] + 0.05
+    smc = rec["smc"]
+    k = rec["steps"]
+    assert smc["steps"] == [k] and len(smc["beta"]) == k and smc["beta"][-1] == 1.0
+    assert all(0 < b for b in smc["beta"]) and smc["beta"] == sorted(smc["beta"])
+    assert 0.0 < smc["mean_acceptance"] < 1.0 and smc["refine_every"] == "step"
+    assert all(1 <= s < k for s in smc["resampled_steps"]) and len(smc["resampled_steps"]) == smc["resamplings"][0]
+    # --target-ess 0.5 from uniform weights: ESS/N after each reweighting is the conditional ESS,
+    # 0.5, and --resample 0.5 then resamples after every step but the last.
+    assert smc["resampled_steps"] == list(range(1, k))
+    assert all(abs(e - 0.5) < 2e-3 for e in smc["ess"][:-1])
+    assert rec["log_z_is"] is None and "steps" not in rec["config"] and rec["config"]["adaptive"] is True
+
+
+@pytest.mark.slow
+def test_trained_kernels_inside_smc_report_the_importance_sampling_estimate_beside(mcd, gauss_yaml):
+    code, out, err = mcd(["estimate", gauss_yaml, *NO_TRAIN, "--resample", "0.9", "--refine", "mala",
+                          "--refine-every", "step", "--particles", "32"])
+    assert code == 0, err
+    assert "ULA+SMC" in out and "SMC" in out and "log Ẑ without SMC" in out and "populations of 32" in out
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--schedule", "adaptive", "--steps", "8"], "--steps does not apply to --schedule adaptive"),
+        (["--schedule", "adaptive"], "--refine"),
+        (["--schedule", "linear", "--learn-schedule"], "contradicts --learn-schedule"),
+        (["--resample", "1.5"], "--resample must lie in [0, 1]"),
+        (["--resample", "0.5", "--particles", "48"], "not a multiple of --particles"),
+        (["--refine", "hmc", "--leapfrog", "0"], "--leapfrog must be at least 1"),
+        (["--refine", "hmc", "--target-ess", "1.0"], "--target-ess must lie in (0, 1)"),
+    ],
+)
+def test_smc_usage_errors_exit_2_with_one_line(mcd, gauss_yaml, extra, needle):
+    code, _, err = mcd(["estimate", gauss_yaml, "--backward", "ais", "--iterations", "0", "--samples", "64", *extra])
+    assert code == 2 and needle in one_line_error(err)

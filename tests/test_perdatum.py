@@ -1,0 +1,215 @@
+"""Per-datum evidence of conditional targets: the linear-Gaussian latent model, whose log p(x) is exact.
+
+z ~ N(0, I_2), x | z ~ N(W z, σ² I_3), so p(x) = N(x; 0, W Wᵀ + σ² I) in closed form.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import tracemalloc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.stats import multivariate_normal, norm
+
+from conftest import one_line_error, records
+from rich.console import Console
+
+from mcd_cli import amortised, annealing, perdatum, report, score
+from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.errors import UsageError
+from mcd_cli.targets import TargetError, load_target
+from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
+
+D, M, SIGMA = 2, 3, 0.5
+W = np.random.default_rng(0).normal(size=(M, D)).astype(np.float32)
+COV = W @ W.T + SIGMA**2 * np.eye(M)
+
+
+def log_density(z, x):
+    return jnp.sum(norm.logpdf(z)) + jnp.sum(norm.logpdf(x, W @ z, SIGMA))
+
+
+def log_z(x):
+    return multivariate_normal.logpdf(x, jnp.zeros(M), COV)
+
+
+def linear_gaussian(num_data: int, seed: int = 1) -> ConditionalTarget:
+    data = np.random.default_rng(seed).normal(size=(num_data, M)).astype(np.float32) * 1.5
+    return ConditionalTarget.create(log_density, D, data, log_z=log_z, name="linear_gaussian")
+
+
+TARGET_FILE = f"""
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.scipy.stats import multivariate_normal, norm
+
+    W = np.array({W.tolist()}, dtype=np.float32)
+    dim = {D}
+    data = np.random.default_rng(1).normal(size=(5, {M})).astype(np.float32) * 1.5
+
+    def log_density(z, x):
+        return jnp.sum(norm.logpdf(z)) + jnp.sum(norm.logpdf(x, W @ z, {SIGMA}))
+
+    def log_z(x):
+        return multivariate_normal.logpdf(x, jnp.zeros({M}), W @ W.T + {SIGMA}**2 * jnp.eye({M}))
+"""
+
+
+def test_amortised_per_datum_estimates_match_the_closed_form():
+    """One ULA-MCD sampler amortised over 4 data: every datum within 4 of its own standard errors."""
+    target = linear_gaussian(4)
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, blocks=1, context_dim=target.context_dim)
+    plan = perdatum.PerDatumPlan(
+        target, sconf, TrainConfig(iterations=10, batch_size=32), amortise=True, num_samples=4096
+    )
+    rows: list[dict] = []
+    summary = perdatum.execute(plan, rows.append)
+    assert [r["datum"] for r in rows] == [0, 1, 2, 3]
+    for r in rows:
+        # log Ẑ is low by about se²/2 on average (Jensen); the rest is Monte Carlo error.
+        tolerance = 4 * r["delta_stderr"] + r["delta_stderr"] ** 2
+        assert abs(r["log_z"] - r["known_log_z"]) < tolerance, r
+    known = np.mean([r["known_log_z"] for r in rows])
+    assert summary["known_mean_log_z"] == pytest.approx(known)
+    assert abs(summary["mean_log_z"] - known) < 4 * summary["mc_stderr"] + 0.01
+    se = np.array([r["delta_stderr"] for r in rows])
+    assert summary["mc_stderr"] == pytest.approx(np.sqrt(np.sum(se**2)) / 4, rel=1e-12)
+    lz = np.array([r["log_z"] for r in rows])
+    assert summary["data_stderr"] == pytest.approx(lz.std(ddof=1) / 2, rel=1e-12)
+    assert summary["iterations"] == 10 and summary["data_batch"] == 4
+
+
+def test_amortised_mcd_at_initialisation_equals_ais_for_every_datum():
+    """The conditioned score network's last layer starts at zero: the log weights are AIS's."""
+    target = linear_gaussian(3)
+    mcd = SamplerConfig(sampler="uha", backward="mcd", steps=3, hidden=8, blocks=1, context_dim=target.context_dim)
+    ais = SamplerConfig(sampler="uha", backward="ais", steps=3)
+    key = jax.random.key(3)
+    one = datum_target(target, jnp.asarray(target.data[0]))
+    p_mcd, p_ais = annealing.init_params(key, one, mcd), annealing.init_params(key, one, ais)
+    assert "context" in p_mcd.backward
+    weights = jax.jit(amortised.datum_log_weights, static_argnums=(2, 3, 5))
+    for x in target.data:
+        a = weights(jax.random.key(5), p_mcd, target, mcd, jnp.asarray(x), 16)
+        b = weights(jax.random.key(5), p_ais, target, ais, jnp.asarray(x), 16)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_score_network_context_changes_only_the_conditioned_output():
+    """Without context the network's parameters are the unconditional ones; the context enters the output."""
+    key = jax.random.key(0)
+    plain = score.init(key, 2, 2, 4, hidden=8)
+    cond = score.init(key, 2, 2, 4, hidden=8, context_dim=3)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), plain, {k: cond[k] for k in plain}))
+    cond["out"]["w"] = jnp.ones_like(cond["out"]["w"])
+    z = jnp.ones(2)
+    assert not np.allclose(score.apply(cond, 1, z, jnp.zeros(3)), score.apply(cond, 1, z, jnp.ones(3)))
+
+
+def test_estimation_memory_does_not_grow_with_the_number_of_data():
+    """Host allocations peak at one datum's weights, whether there are 5 data or 50."""
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=2)
+    peaks, target = [], linear_gaussian(50)
+    perdatum.execute(  # compile outside the measurement; a selection of the data reuses it
+        perdatum.PerDatumPlan(target.select(0, 1), sconf, TrainConfig(iterations=0), amortise=False, num_samples=4096),
+        lambda rec: None,
+    )
+    for n in (5, 50):
+        plan = perdatum.PerDatumPlan(target.select(0, n), sconf, TrainConfig(iterations=0), amortise=False, num_samples=4096)
+        tracemalloc.start()
+        perdatum.execute(plan, lambda rec: None)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    # Keeping every datum's 4096 float64 weights would need 1.6 MB at n = 50, several times the peak.
+    assert peaks[1] <= 1.2 * peaks[0], peaks
+
+
+def test_parse_index():
+    assert perdatum.parse_index(":3", 10) == (0, 3)
+    assert perdatum.parse_index("-1", 10) == (9, 10)
+    for bad in ("5:2", "11", "a:b", "1:2:3"):
+        with pytest.raises(UsageError):
+            perdatum.parse_index(bad, 10)
+
+
+@pytest.fixture
+def target_file(tmp_path):
+    path = tmp_path / "linear_gaussian.py"
+    path.write_text(textwrap.dedent(TARGET_FILE))
+    return path
+
+
+def test_conditional_file_loads_with_its_data_or_a_data_file(target_file, tmp_path):
+    t = load_target(str(target_file))
+    assert isinstance(t, ConditionalTarget) and (t.dim, t.num_data, t.context_dim) == (D, 5, M)
+    assert t.known_log_z(t.data[0]) == pytest.approx(float(log_z(t.data[0])))
+    data = tmp_path / "two.npz"
+    np.savez(data, data=np.zeros((2, M)))
+    t2 = load_target(str(target_file), data={"data": np.zeros((2, M))})
+    assert t2.num_data == 2
+    np.testing.assert_array_equal(context(t2, jnp.ones(M)), jnp.ones(M))
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("log_z = 1.0", "log_z must be a function log_z(x)"),
+        ("data = np.zeros((0, 3))", "at least one datum"),
+        ("def initial(x):\n    return 1 / 0", "evaluating the first datum failed"),
+    ],
+)
+def test_conditional_file_errors_are_one_line(target_file, extra, message):
+    target_file.write_text(textwrap.dedent(TARGET_FILE) + "\n" + extra + "\n")
+    with pytest.raises(TargetError) as err:
+        load_target(str(target_file))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_writes_one_json_line_per_datum_and_a_summary(mcd, target_file, tmp_path):
+    output = tmp_path / "out.jsonl"
+    code, out, err = mcd(
+        ["estimate", target_file, "--data-index", "1:4", "--backward", "ais", "--iterations", "0",
+         "--steps", "4", "--samples", "512", "--json", "-o", output]
+    )
+    assert code == 0, err
+    lines = records(out)
+    assert lines == [json.loads(line) for line in output.read_text().splitlines()]
+    data, summary = lines[:-1], lines[-1]
+    assert [d["datum"] for d in data] == [1, 2, 3]
+    for d in data:
+        assert d["record"] == "datum"
+        for key in ("log_z", "ess", "pareto_k", "known_log_z", "delta_stderr"):
+            assert isinstance(d[key], float), key
+        assert d["status"] in ("ok", "warn", "unreliable")
+        assert d["log_z_stderr"] is None or isinstance(d["log_z_stderr"], float)
+    assert summary["record"] == "summary" and summary["num_data"] == 3
+    assert summary["data_index"] == [1, 4] and summary["amortise"] is False
+    assert set(summary["counts"]) == {"ok", "warn", "unreliable", "failed"}
+    assert summary["mean_log_z"] == pytest.approx(np.mean([d["log_z"] for d in data]))
+    console = Console(width=200, record=True)
+    console.print(report.per_datum_table(summary))
+    text = console.export_text()
+    assert "± Monte Carlo" in text and "± over data" in text and "3 data" in text and "known mean" in text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data-index", "7:9"], "selects no datum"),
+        (["--init", "laplace"], "one initial distribution"),
+        (["--repeats", "2"], "--repeats is not available"),
+    ],
+)
+def test_cli_bad_per_datum_options_exit_2(mcd, target_file, args, message):
+    code, out, err = mcd(["estimate", target_file, "--backward", "ais", "--iterations", "0", *args])
+    assert code == 2
+    assert message in one_line_error(err)
+
+
+def test_cli_per_datum_options_need_a_conditional_target(mcd, gauss_yaml):
+    code, _, err = mcd(["estimate", gauss_yaml, "--amortise"])
+    assert code == 2 and "conditional targets" in one_line_error(err)

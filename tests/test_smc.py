@@ -1,0 +1,240 @@
+"""The population sampler: unbiasedness on a fixed schedule, the genealogy variance and its
+identity with importance sampling, Metropolis moves, step-size adaptation, adaptive tempering.
+
+Compilation dominates: every test uses d ≤ 3, a few steps and small populations, and the
+replicate studies `vmap` whole SMC runs over keys, so each is one compiled call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.stats import norm
+
+from mcd_cli import annealing, smc, stats
+from mcd_cli.config import SamplerConfig
+from mcd_cli.kernels import hmc, mala
+from mcd_cli.kernels.base import AnnealedPath, RefineParams
+from mcd_cli.kernels.ula import ULAState
+from mcd_cli.targets import Target
+
+DIM, LOG_Z, LOC, SCALE = 3, 1.3, 0.5, 0.7
+TARGET = Target.create(
+    lambda x: jnp.sum(norm.logpdf(x, LOC, SCALE)) + LOG_Z, dim=DIM, log_z=LOG_Z, name="smc_gauss"
+)
+
+
+def replicate(config: SamplerConfig, num: int, runs: int, seed: int = 0, adapt: bool = False):
+    """`runs` independent SMC runs of `num` particles (one compiled, vmapped call)."""
+    params = annealing.init_params(jax.random.key(0), TARGET, config)
+    keys = jax.random.split(jax.random.key(seed), runs)
+    out = jax.jit(jax.vmap(lambda k: smc.run(k, params, TARGET, config, num, adapt)))(keys)
+    return jax.device_get(out)
+
+
+def log_z_hat(out) -> np.ndarray:
+    lw = np.asarray(out.log_w, np.float64)
+    return np.asarray(out.log_z, np.float64) + np.log(np.mean(np.exp(lw - lw.max(-1, keepdims=True)), -1)) + lw.max(-1)
+
+
+# Multinomial resampling: the case Lee & Whiteley's variance estimator is exactly unbiased for.
+FIXED = SamplerConfig(
+    sampler="ula", backward="ais", steps=6, resample=0.98, resampling="multinomial", refine="mala",
+    refine_every="step",
+)
+
+
+@pytest.fixture(scope="module")
+def fixed_runs():
+    return replicate(FIXED, 32, 400)
+
+
+def test_fixed_schedule_and_kernels_give_an_unbiased_z(fixed_runs):
+    """E[Ẑ] = Z with resampling and refinement on a fixed schedule with fixed kernels."""
+    assert int(np.min(fixed_runs.resamplings)) >= 1  # resampling did happen
+    ratio = np.exp(log_z_hat(fixed_runs) - LOG_Z)
+    se = ratio.std(ddof=1) / math.sqrt(ratio.size)
+    assert abs(ratio.mean() - 1.0) < 4 * se, (ratio.mean(), se)
+    # The test can fail: a 10 % bias in Z would be far outside the tolerance.
+    assert 4 * se < 0.1
+
+
+def test_genealogy_variance_is_unbiased_for_the_variance_of_z(fixed_runs):
+    """Lee & Whiteley: `E[Ẑ² · V̂/Ẑ²] = Var(Ẑ)` with multinomial resampling; checked over 400 runs
+    with a tolerance from the standard errors of both sides."""
+    rel = np.array([
+        stats.genealogy_relative_variance(lw, eve, int(r))[0]
+        for lw, eve, r in zip(fixed_runs.log_w, fixed_runs.eve, fixed_runs.resamplings)
+    ])
+    z = np.exp(log_z_hat(fixed_runs) - LOG_Z)
+    v_hat = z**2 * rel
+    runs = z.size
+    centred = (z - z.mean()) ** 2
+    se_mean = v_hat.std(ddof=1) / math.sqrt(runs)
+    se_var = centred.std(ddof=1) / math.sqrt(runs)
+    assert abs(v_hat.mean() - z.var(ddof=1)) < 4 * math.hypot(se_mean, se_var), (v_hat.mean(), z.var(ddof=1))
+    # The test can fail: a variance estimate off by a factor 2 would be outside the tolerance.
+    assert 4 * math.hypot(se_mean, se_var) < z.var(ddof=1)
+
+
+def test_without_resampling_the_genealogy_variance_is_the_importance_sampling_formula():
+    """No resampling (R = 0, each particle its own Eve): the unbiased sample variance of the
+    weights over N Ŵ², i.e. the delta-method SE² × N/(N − 1), to float precision."""
+    rng = np.random.default_rng(4)
+    for lw in (rng.normal(size=64), 3.0 * rng.normal(size=500), np.zeros(10)):
+        n = lw.size
+        relvar, lineages = stats.genealogy_relative_variance(lw, np.arange(n), 0)
+        w = np.exp(lw - lw.max())
+        assert relvar == pytest.approx(np.var(w, ddof=1) / (n * np.mean(w) ** 2), rel=1e-10, abs=1e-15)
+        est = stats.summarize(lw)
+        assert lineages == pytest.approx(est.ess, rel=1e-12)
+        assert relvar == pytest.approx(est.delta_stderr**2 * n / (n - 1), rel=1e-10, abs=1e-15)
+
+
+@pytest.mark.slow
+def test_an_smc_run_without_resampling_keeps_every_lineage():
+    out = replicate(SamplerConfig(sampler="ula", backward="ais", steps=3, refine="mala", refine_every="step"), 16, 1)
+    assert int(out.resamplings[0]) == 0 and np.array_equal(out.eve[0], np.arange(16))
+
+
+def test_genealogy_variance_by_hand():
+    """Two resamplings, eight particles from three Eve lineages, unequal final weights."""
+    log_w = np.log(np.array([1.0, 2.0, 1.0, 1.0, 3.0, 1.0, 0.5, 0.5]))
+    eve = np.array([0, 0, 0, 4, 4, 7, 7, 7])
+    w = np.exp(log_w) / np.exp(log_w).sum()
+    s = np.array([w[:3].sum(), w[3:5].sum(), w[5:].sum()])
+    expected = 1.0 - (8 / 7) ** 3 * (1.0 - np.sum(s**2))
+    relvar, lineages = stats.genealogy_relative_variance(log_w, eve, 2)
+    assert relvar == pytest.approx(expected, rel=1e-12)
+    assert lineages == pytest.approx(1.0 / np.sum(s**2), rel=1e-12)
+
+
+def test_collapsed_genealogy_reports_no_standard_error():
+    est = stats.smc_estimate(0.0, np.zeros(100), np.zeros(100, dtype=int), 5)
+    assert est.log_z_stderr is None and est.log_z_stderr_method == "none"
+    assert any("genealogy collapsed" in r for r in est.reasons)
+
+
+def test_systematic_resampling_reports_no_single_run_standard_error():
+    lw, eve = 0.3 * np.random.default_rng(1).normal(size=4000), np.repeat(np.arange(200), 20)
+    assert stats.smc_estimate(0.0, lw, eve, 3).log_z_stderr_method == "smc-genealogy"
+    est = stats.smc_estimate(0.0, lw, eve, 3, multinomial=False)
+    assert est.log_z_stderr is None and est.log_z_stderr_method == "none" and est.status.value == "warn"
+    assert any("--resampling multinomial" in r for r in est.reasons)
+
+
+def test_merging_populations_averages_z():
+    a = stats.smc_estimate(0.0, np.zeros(50), np.arange(50), 0)
+    b = stats.smc_estimate(math.log(3.0), np.zeros(50), np.arange(50), 0)
+    merged = stats.merge_runs([a, b])
+    assert merged.log_z == pytest.approx(math.log(2.0), abs=1e-12)
+    assert merged.num_samples == 100 and merged.log_z_stderr == 0.0
+
+
+def gaussian_state(key, num):
+    x = LOC + SCALE * jax.random.normal(key, (num, DIM))
+    value, grad = jax.vmap(jax.value_and_grad(TARGET.log_density))(x)
+    return ULAState(x, value, grad)
+
+
+PATH = AnnealedPath(jnp.zeros(1), jnp.array([0.0, 1.0]), jnp.zeros(DIM), jnp.ones(DIM))
+
+
+@pytest.mark.parametrize(
+    "kernel, step_size", [pytest.param(mala.KERNEL, 0.3, marks=pytest.mark.slow), (hmc.KERNEL, 0.25)]
+)
+def test_metropolis_moves_leave_the_gaussian_invariant(kernel, step_size):
+    """Exact draws of N(μ, Σ) stay N(μ, Σ) after 10 moves (mean and variance within 4 SE)."""
+    num, moves = 2000, 10
+    params = RefineParams(jnp.asarray(step_size), jnp.full((DIM,), 0.8))
+    evaluate = jax.value_and_grad(TARGET.log_density)
+
+    @jax.jit
+    def chain(key):
+        def one(states, k):
+            keys = jax.random.split(k, num)
+            states, acc = jax.vmap(lambda kk, s: kernel.step(kk, s, 1.0, PATH, evaluate, params, 3))(keys, states)
+            return states, jnp.mean(acc)
+
+        k0, k1 = jax.random.split(key)
+        return jax.lax.scan(one, gaussian_state(k0, num), jax.random.split(k1, moves))
+
+    states, acc = chain(jax.random.key(3))
+    x = np.asarray(states.position, np.float64)
+    assert 0.3 < float(np.mean(acc)) < 0.999  # the chain moves, and is not trivially accepting
+    assert np.all(np.abs(x.mean(0) - LOC) < 4 * SCALE / math.sqrt(num))
+    assert np.all(np.abs(x.var(0, ddof=1) / SCALE**2 - 1.0) < 4 * math.sqrt(2.0 / (num - 1)))
+    # The cached value and gradient follow the position.
+    value, grad = jax.vmap(evaluate)(states.position)
+    np.testing.assert_allclose(states.log_target, value, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(states.target_grad, grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mala", "hmc"])
+def test_step_size_adapts_towards_the_target_acceptance(name):
+    """From a step size 20× too large (acceptance ≈ 0), 25 adapted refinements reach the target."""
+    config = SamplerConfig(backward="ais", refine=name, leapfrog=3)
+    kernel = mala.KERNEL if name == "mala" else hmc.KERNEL
+    evaluate = jax.value_and_grad(TARGET.log_density)
+    num = 512
+
+    @jax.jit
+    def adapt(key):
+        k0, k1 = jax.random.split(key)
+        pop = smc.Population(
+            gaussian_state(k0, num), jnp.zeros(num), jnp.zeros(()), jnp.arange(num),
+            jnp.zeros((), jnp.int32), RefineParams(jnp.asarray(10.0), jnp.ones(DIM)),
+        )
+
+        def one(pop, k):
+            pop, acc, _ = smc.refine_population(pop, k, jnp.asarray(1.0), kernel, PATH, evaluate, config, True)
+            return pop, acc
+
+        return jax.lax.scan(one, pop, jax.random.split(k1, 25))
+
+    pop, acc = adapt(jax.random.key(5))
+    assert float(acc[0]) < 0.1
+    assert abs(float(np.mean(acc[-5:])) - kernel.target_acceptance) < 0.12, acc
+    # The preconditioner is the particles' variance.
+    np.testing.assert_allclose(pop.refine.inv_mass, SCALE**2, rtol=0.25)
+
+
+def test_next_beta_hits_the_target_conditional_ess():
+    key = jax.random.key(2)
+    log_like = 5.0 * jax.random.normal(key, (1000,))
+    log_w = 0.3 * jax.random.normal(jax.random.key(3), (1000,))
+    beta = jnp.asarray(0.2)
+    new = smc.next_beta(beta, log_w, log_like, 0.5)
+    assert 0.2 < float(new) < 1.0
+    assert float(smc.conditional_ess(log_w, (new - beta) * log_like)) == pytest.approx(0.5, abs=1e-4)
+    assert float(smc.next_beta(beta, log_w, 1e-6 * log_like, 0.5)) == 1.0  # flat likelihood: one step
+
+
+@pytest.mark.slow
+def test_adaptive_tempering_hits_the_target_ess_and_estimates_log_z():
+    config = SamplerConfig(backward="ais", adaptive=True, refine="hmc", leapfrog=2, resample=1.0, target_ess=0.6)
+    out = replicate(config, 128, 6, seed=1, adapt=True)
+    steps = np.asarray(out.steps)
+    assert np.all(steps >= 2) and np.all(steps < config.max_steps)
+    for r in range(6):
+        k = int(steps[r])
+        assert float(out.trace.beta[r, k - 1]) == 1.0
+        # Resampled every step, so the weights are uniform and ESS/N after reweighting is the CESS.
+        np.testing.assert_allclose(out.trace.ess[r, : k - 1], 0.6, atol=2e-3)
+    lz = log_z_hat(out)
+    # Within 4 standard errors of the spread over the runs (the adaptive choices add a small bias).
+    assert abs(lz.mean() - LOG_Z) < 4 * lz.std(ddof=1) / math.sqrt(lz.size) + 0.02, lz
+
+
+def test_configuration_errors_are_one_line_messages():
+    with pytest.raises(ValueError, match="refine must be mala or hmc with the adaptive schedule"):
+        SamplerConfig(adaptive=True)
+    with pytest.raises(ValueError, match="resample must lie in"):
+        SamplerConfig(resample=1.5)
+    assert SamplerConfig(backward="ais", adaptive=True, refine="hmc").label == "SMC-HMC"
+    assert SamplerConfig(backward="mcd", resample=0.5).label == "ULA-MCD+SMC"
