@@ -27,6 +27,8 @@ SCHEMA = {
     "train_seconds": float,
     "estimate_seconds": float,
     "device": str,
+    "devices": int,
+    "processes": int,
     "version": str,
     "log_z_repeats": list,
     "skipped_steps": int,

@@ -44,6 +44,7 @@ def test_the_record_identifies_the_target_and_holds_every_setting(mcd, gauss_yam
     assert rec["schema_version"] == SCHEMA_VERSION
     assert rec["target_spec"] == str(gauss_yaml) and rec["target_path"] == str(gauss_yaml.resolve())
     assert len(rec["target_sha256"]) == 64
+    assert rec["devices"] == 1 and rec["processes"] == 1  # one device, no --distributed
     fields = set(SamplerConfig.__dataclass_fields__) | set(TrainConfig.__dataclass_fields__)
     assert fields <= set(rec["config"]), fields - set(rec["config"])
     # The hash follows the file's content, not its name.

@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from mcd_cli import schedules
 from mcd_cli.config import SamplerConfig
@@ -189,29 +190,47 @@ def log_weight(
 
 
 def log_weights(
-    key: jax.Array, params: SamplerParams, target: Target, config: SamplerConfig, num: int, detach: bool = False
+    key: jax.Array,
+    params: SamplerParams,
+    target: Target,
+    config: SamplerConfig,
+    num: int,
+    detach: bool = False,
+    sharding: Optional[NamedSharding] = None,
 ) -> jax.Array:
-    """Log importance weights of `num` independent particles, shape `(num,)`."""
+    """Log importance weights of `num` independent particles, shape `(num,)`.
+
+    `sharding` (of the particle axis, `devices.Layout.particles`) splits the particles over its
+    mesh; the keys, hence the weights, are those of the unsharded call.
+    """
     keys = jax.random.split(key, num)
+    if sharding is not None:
+        keys = jax.lax.with_sharding_constraint(keys, sharding)
     log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config, detach))(keys)
     return log_w
 
 
 @functools.lru_cache(maxsize=16)
 def log_weight_chunk(
-    target: Target, config: SamplerConfig, chunk_size: int
+    target: Target, config: SamplerConfig, chunk_size: int, sharding: Optional[NamedSharding] = None
 ) -> Callable[[SamplerParams, jax.Array, jax.Array], jax.Array]:
     """Compiled `(params, key, first_index) -> log weights of particles first_index … + chunk_size`.
 
-    Particle `i` uses the key `fold_in(key, i)`. Cached, so repeated estimates of the same target and
-    configuration compile once.
+    Particle `i` uses the key `fold_in(key, i)`. With `sharding` (of the particle axis; `chunk_size`
+    a multiple of its device count) each device computes its share of the particles and the weights
+    come back replicated, so every process holds the whole chunk. Cached, so repeated estimates of
+    the same target and configuration compile once.
     """
 
     @jax.jit
     def chunk(params, key, first_index):
         indices = first_index + jnp.arange(chunk_size)
+        if sharding is not None:
+            indices = jax.lax.with_sharding_constraint(indices, sharding)
         keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(indices)
         log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config))(keys)
+        if sharding is not None:
+            log_w = jax.lax.with_sharding_constraint(log_w, NamedSharding(sharding.mesh, PartitionSpec()))
         return log_w
 
     return chunk
@@ -225,15 +244,21 @@ def sample_log_weights(
     num_samples: int = 16_384,
     chunk_size: int = 1024,
     callback: Optional[Callable[[int, int], None]] = None,
+    sharding: Optional[NamedSharding] = None,
 ) -> np.ndarray:
     """`num_samples` log weights (float64 on the host), generated `chunk_size` particles at a time.
 
-    Memory is bounded by one chunk on the device plus the N scalars kept on the host.
+    Memory is bounded by one chunk on the device plus the N scalars kept on the host. With
+    `sharding` (of the particle axis) the chunk size is rounded up to a multiple of its device count;
+    the particles past `num_samples` are dropped, so the weights do not change.
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be at least 1, got {num_samples}")
     chunk_size = max(1, min(chunk_size, num_samples))
-    chunk = log_weight_chunk(target, config, chunk_size)
+    if sharding is not None:
+        count = sharding.mesh.devices.size
+        chunk_size = -(-chunk_size // count) * count
+    chunk = log_weight_chunk(target, config, chunk_size, sharding)
     out = np.empty(num_samples, dtype=np.float64)
     for start in range(0, num_samples, chunk_size):
         values = np.asarray(chunk(params, key, jnp.asarray(start, dtype=jnp.uint32)))

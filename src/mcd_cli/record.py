@@ -135,6 +135,8 @@ class RunRecord:
     estimate_seconds: float
     device: str
     version: str
+    devices: int = 1  # devices the particles were sharded over, all processes together
+    processes: int = 1  # processes of a --distributed run
     loaded_from: Optional[str] = None
     init_warnings: tuple = ()  # what the initial-distribution fit warned about
     elbo_history: tuple = ()  # per repeat: the training ELBO of every iteration run (NaN if skipped)
@@ -310,6 +312,8 @@ class RunRecord:
             "train_seconds": round(float(self.train_seconds), 3),
             "estimate_seconds": round(float(self.estimate_seconds), 3),
             "device": self.device,
+            "devices": int(self.devices),
+            "processes": int(self.processes),
             "precision": "float64" if self.x64 else "float32",
             "version": self.version,
             "config": self.config(),

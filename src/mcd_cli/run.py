@@ -25,7 +25,7 @@ import jax
 
 import numpy as np
 
-from mcd_cli import annealing, checkpoint, objectives, smc
+from mcd_cli import annealing, checkpoint, devices, objectives, smc
 from mcd_cli.config import ESTIMATION_FIELDS, SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
 from mcd_cli.stats import combine_estimates, merge_runs, smc_estimate, summarize, summarize_weights
@@ -89,6 +89,7 @@ class RunPlan:
     target_args: Optional[dict] = None  # the --param values the target was loaded with
     target_model: Optional[str] = None  # the NumPyro model's name (--model)
     target_data: Optional[str] = None  # the --data file bound to the target's data arguments
+    devices: Optional[int] = None  # devices per process to shard particles over (None: all)
     model_index: Optional[int] = None  # model i of a comparison: root key fold_in(key(seed), i)
     particles: Optional[int] = None  # SMC population size (None: one population of num_samples)
 
@@ -223,6 +224,11 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
         training = float(t.batch_size) * (stored_steps + 1) * per_step * itemsize
     chunk = plan.population if s.smc else min(plan.chunk_size, plan.num_samples)
     estimation = float(chunk) * per_step * itemsize * 2
+    # Particles are sharded: each device holds its share of the batch and of the chunk.
+    count = devices.particle_layout(plan.devices).count
+    training /= count
+    if not s.smc:  # SMC populations are not sharded
+        estimation /= count
     return {
         "training": training,
         "estimation": estimation,
@@ -310,6 +316,7 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
     """
     if plan.num_samples < 1:
         raise UsageError(f"--samples must be at least 1, got {plan.num_samples}")
+    devices.particle_layout(plan.devices)  # enough devices?
     if plan.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {plan.repeats}")
     if plan.model_index is not None and not 0 <= plan.model_index < 2**31:
@@ -367,6 +374,7 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
                 "(the file's settings are used) or refit"
             )
     if plan.checkpoint_dir is not None:
+        plan = sharded_plan(plan)  # a checkpoint records the batch size as run
         checkpoint.ensure_directory(plan.checkpoint_dir, "--checkpoint directory")
         for repeat in range(plan.repeats):
             path = plan.state_path(repeat)
@@ -401,7 +409,41 @@ def plan_warnings(plan: RunPlan) -> list[str]:
             ]
         return []
     est = registry.estimator(plan.sconf.sampler, plan.sconf.backward)
-    return list(est.backward.warnings(plan.target.dim, plan.sconf))
+    return list(est.backward.warnings(plan.target.dim, plan.sconf)) + rounding_notes(plan)
+
+
+def sharded_sizes(plan: RunPlan) -> tuple[int, int, int]:
+    """`(devices, batch size, chunk size)` as run: both sizes rounded up to a multiple of the
+    device count over all processes (the chunk's extra particles are dropped; the batch's are used)."""
+    count = devices.particle_layout(plan.devices).count
+    chunk = max(1, min(plan.chunk_size, plan.num_samples))
+    return count, devices.round_up(plan.tconf.batch_size, count), devices.round_up(chunk, count)
+
+
+def sharded_plan(plan: RunPlan) -> RunPlan:
+    """The plan with its training batch rounded up to a multiple of the device count."""
+    _, batch, _ = sharded_sizes(plan)
+    if batch == plan.tconf.batch_size or plan.load is not None:
+        return plan
+    return dataclasses.replace(plan, tconf=dataclasses.replace(plan.tconf, batch_size=batch))
+
+
+def rounding_notes(plan: RunPlan) -> list[str]:
+    """One line for each size rounded to a multiple of the device count."""
+    count, batch, chunk = sharded_sizes(plan)
+    notes = []
+    if plan.load is None and plan.tconf.iterations > 0 and batch != plan.tconf.batch_size:
+        notes.append(
+            f"--batch-size {plan.tconf.batch_size} rounded up to {batch}, a multiple of the {count} devices "
+            f"the particles are sharded over (the training then differs from a {plan.tconf.batch_size}-particle "
+            f"one); give a multiple of {count} to keep it"
+        )
+    if chunk != min(plan.chunk_size, plan.num_samples):
+        notes.append(
+            f"estimation chunks rounded up to {chunk} particles, a multiple of the {count} devices; the "
+            f"particles past --samples {plan.num_samples} are computed and dropped (the estimate is unchanged)"
+        )
+    return notes
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,6 +468,8 @@ def default_interrupt_dir(plan: RunPlan) -> Path:
 
 def _save_interrupted(plan: RunPlan, state: Any, repeat: int) -> tuple[Optional[Path], str]:
     directory = plan.checkpoint_dir or default_interrupt_dir(plan)
+    if not devices.is_primary():
+        return Path(directory), ""
     try:
         checkpoint.ensure_directory(directory, "checkpoint directory")
         path = plan.state_path(repeat, directory)
@@ -446,7 +490,8 @@ def _train(plan: RunPlan, target: Any, key: jax.Array, repeat: int, progress: Pr
         meta = {**_file_meta(plan), "repeat": repeat}
 
         def on_checkpoint(st):
-            checkpoint.save_state(path, st, meta)
+            if devices.is_primary():
+                checkpoint.save_state(path, st, meta)
 
     label = "training" if plan.repeats == 1 else f"training {repeat + 1}/{plan.repeats}"
     callback = progress.training(label, total=t.iterations, start=state.iteration)
@@ -584,6 +629,10 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     """
     progress = progress or NoProgress()
     s, t = plan.sconf, plan.tconf
+    layout = devices.particle_layout(plan.devices)
+    _, _, chunk_size = sharded_sizes(plan)
+    plan = sharded_plan(plan)
+    t = plan.tconf
     if s.adaptive:
         t = dataclasses.replace(t, iterations=0)  # nothing to train: the moves are Metropolis moves
     begin = start(plan, pilot=plan.load is None and t.iterations > 0)
@@ -595,7 +644,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         template = annealing.init_params(root, target, s)
         loaded, meta = checkpoint.load_params(plan.load, template)
         t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
-    update = make_train_chunk(target, s, t) if loaded is None and t.iterations > 0 else None
+    update = make_train_chunk(target, s, t, sharding=layout.particles) if loaded is None and t.iterations > 0 else None
     histories, weights = [], []
     stop_reasons = []
     for repeat in range(plan.repeats):
@@ -614,7 +663,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
             totals.skipped += result.skipped
             totals.recoveries += result.recoveries
             totals.iterations_run += ran
-            if plan.save is not None:
+            if plan.save is not None and devices.is_primary():
                 checkpoint.save_params(plan.save, params, _file_meta(plan))
         label = "estimating" if plan.repeats == 1 else f"estimating {repeat + 1}/{plan.repeats}"
         callback = progress.estimation(label, total=plan.num_samples)
@@ -625,7 +674,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
                 totals.smc.append(diagnostics)
             else:
                 log_w = annealing.sample_log_weights(
-                    key_estimate, params, target, s, plan.num_samples, plan.chunk_size, callback=callback
+                    key_estimate, params, target, s, plan.num_samples, chunk_size, callback=callback,
+                    sharding=layout.particles,
                 )
         except KeyboardInterrupt:
             if result is None:
@@ -659,6 +709,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         train_seconds=totals.train_seconds,
         estimate_seconds=totals.estimate_seconds,
         device=device_name(),
+        devices=layout.count,
+        processes=devices.process_count(),
         version=version(),
         loaded_from=str(plan.load) if plan.load is not None else None,
         elbo_history=tuple(histories),

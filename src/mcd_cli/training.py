@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
 
 from mcd_cli import annealing, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
@@ -100,10 +101,17 @@ def batch_loss(
     sconf: SamplerConfig,
     batch_size: int,
     objective: objectives.Objective,
+    sharding: Optional[NamedSharding] = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """The objective of one batch of log weights, and the batch's log weights."""
+    """The objective of one batch of log weights, and the batch's log weights.
+
+    `sharding` splits the batch's particles over its mesh (`devices.Layout.particles`); the
+    parameters stay replicated and XLA inserts the reduction of the batch mean.
+    """
     objective = objectives.as_objective(objective)
-    log_w = annealing.log_weights(key, params, target, sconf, batch_size, detach=objective.detach)
+    log_w = annealing.log_weights(
+        key, params, target, sconf, batch_size, detach=objective.detach, sharding=sharding
+    )
     return objective(log_w), log_w
 
 
@@ -145,14 +153,20 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _update_fn(target: Target, sconf: SamplerConfig, tconf: TrainConfig, objective) -> Callable:
-    """The pure update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`."""
+def _update_fn(
+    target: Target, sconf: SamplerConfig, tconf: TrainConfig, objective, sharding: Optional[NamedSharding] = None
+) -> Callable:
+    """The pure update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
+
+    `sharding` (of the particle axis; the batch size a multiple of its device count) shards the
+    batch over its devices.
+    """
     opt = optimizer(tconf)
     objective = objectives.as_objective(objective or tconf.objective)
     grad_fn = jax.value_and_grad(batch_loss, has_aux=True)
 
     def update(params, opt_state, key, lr_scale):
-        (loss, log_w), grads = grad_fn(params, key, target, sconf, tconf.batch_size, objective)
+        (loss, log_w), grads = grad_fn(params, key, target, sconf, tconf.batch_size, objective, sharding)
         updates, new_opt_state = opt.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: lr_scale * u, updates)
         new_params = optax.apply_updates(params, updates)
@@ -171,6 +185,7 @@ def make_update(
     sconf: SamplerConfig,
     tconf: TrainConfig,
     objective: Optional[objectives.Objective] = None,
+    sharding: Optional[NamedSharding] = None,
 ) -> Callable:
     """One jitted update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
 
@@ -179,7 +194,7 @@ def make_update(
     non-finite loss or gradient returns the inputs unchanged with `ok = False`. `fit` runs the
     same update inside `make_train_chunk`; this single step is what the speed benchmark times.
     """
-    return jax.jit(_update_fn(target, sconf, tconf, objective))
+    return jax.jit(_update_fn(target, sconf, tconf, objective, sharding))
 
 
 def _step(update: Callable, tconf: TrainConfig, state: TrainState) -> tuple[TrainState, jax.Array]:
@@ -216,15 +231,19 @@ def make_train_chunk(
     tconf: TrainConfig,
     objective: Optional[objectives.Objective] = None,
     chunk: Optional[int] = None,
+    sharding: Optional[NamedSharding] = None,
 ) -> Callable:
     """`(state, stop) -> (state, elbos)`: up to `chunk` (default `tconf.chunk`) updates in one call.
+
+    `sharding` (of the particle axis) shards each update's batch over its devices (`make_update`).
 
     `state` is a `TrainState` whose counters are device scalars (`fit` converts); a
     `lax.while_loop` runs updates while `state.iteration < stop`, at most `chunk` of them, and
     stops for good after `max_recoveries` recoveries (the host then raises). `elbos` has one
     entry per slot of the chunk, NaN for skipped updates and unused slots.
     """
-    return jax.jit(chunk_loop(_update_fn(target, sconf, tconf, objective), tconf, int(chunk or tconf.chunk)))
+    update = _update_fn(target, sconf, tconf, objective, sharding)
+    return jax.jit(chunk_loop(update, tconf, int(chunk or tconf.chunk)))
 
 
 def chunk_loop(update: Callable, tconf: TrainConfig, length: int) -> Callable:

@@ -25,6 +25,11 @@ from mcd_cli.cli.options import (
     BatchOpt,
     ConfigOpt,
     DebugOpt,
+    DevicesOpt,
+    DistributedOpt,
+    CoordinatorOpt,
+    NumProcessesOpt,
+    ProcessIdOpt,
     DryRunOpt,
     HiddenOpt,
     InitCovOpt,
@@ -53,6 +58,7 @@ from mcd_cli.cli.options import (
     TRAINING,
     _S,
 )
+from mcd_cli.devices import is_primary
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry
 
@@ -161,6 +167,11 @@ def compare(
     quiet: QuietOpt = False,
     x64: X64Opt = False,
     dry_run: DryRunOpt = False,
+    devices: DevicesOpt = None,
+    distributed: DistributedOpt = False,
+    coordinator: CoordinatorOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Run a grid of estimators on one TARGET, or compare several models by their Bayes factors.
@@ -208,14 +219,15 @@ def compare(
             out.dry_run(plans, values)
             return
         records = []
+        primary = is_primary()
         with out.progress(values) as progress, settings.sigterm_as_interrupt():
             for plan in plans:
                 record = run.execute(plan, progress).as_dict()
                 out.append(values, record)
-                if values.get("json"):
+                if values.get("json") and primary:
                     print(report.to_json(record), flush=True)
                 records.append(record)
-        if not values.get("json"):
+        if not values.get("json") and primary:
             report.stdout_console().print(report.compare_table(records))
         out.warn_after(records, values)
         out.plot_compare(values, records)
@@ -295,18 +307,18 @@ def _compare_models(targets: list[str], values: dict) -> None:
             for plan in plans:
                 rec = dataclasses.replace(run.execute(plan, progress), kind="model").as_dict()
                 out.append(values, rec)
-                if values.get("json"):
+                if values.get("json") and is_primary():
                     print(report.to_json(rec), flush=True)
                 records.append(rec)
     result = comparison.from_records(records, names)
     summary = record_.comparison_record(result, records, records[0]["seed"])
     out.append(values, summary)
-    if values.get("json"):
+    if values.get("json") and is_primary():
         print(report.to_json(summary), flush=True)
-    else:
+    elif is_primary():
         report.stdout_console(width=150).print(report.bayes_factor_table(records, result))
     out.warn_after(records, values)
-    if not values.get("quiet"):
+    if not values.get("quiet") and is_primary():
         for line in result.warnings:
             print(f"warning: {line}", file=sys.stderr)
     out.plot_compare(values, records, names, result)

@@ -30,6 +30,11 @@ from mcd_cli.cli.options import (
     BatchOpt,
     ConfigOpt,
     DebugOpt,
+    DevicesOpt,
+    DistributedOpt,
+    CoordinatorOpt,
+    NumProcessesOpt,
+    ProcessIdOpt,
     DryRunOpt,
     HiddenOpt,
     InitCovOpt,
@@ -157,6 +162,11 @@ def estimate(
     quiet: QuietOpt = False,
     x64: X64Opt = False,
     dry_run: DryRunOpt = False,
+    devices: DevicesOpt = None,
+    distributed: DistributedOpt = False,
+    coordinator: CoordinatorOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Fit the estimator to TARGET, then estimate log Z.

@@ -18,6 +18,7 @@ from mcd_cli.kernels import registry
 from mcd_cli.run import DEFAULT_SAMPLES
 
 TARGET, SAMPLER, TRAINING, OUTPUT, RUN = "Target", "Sampler", "Training", "Output", "Run control"
+DEVICES = "Devices and clusters"
 SMC = "Sequential Monte Carlo"
 
 _S = SamplerConfig()
@@ -334,6 +335,47 @@ ModelIndexOpt = Annotated[
     ),
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback when something fails.", rich_help_panel=RUN)]
+
+# Devices and clusters -----------------------------------------------------------------------
+DevicesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--devices",
+        help="Devices to shard the particles over: all, or N (the first N of each process); batch and "
+        "chunk sizes are rounded up to a multiple of the device count. (default: all)",
+        show_default=False, rich_help_panel=DEVICES,
+    ),
+]
+DistributedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--distributed",
+        help="Join a multi-process run through jax.distributed (detected under SLURM and Open MPI, or "
+        "--coordinator/--num-processes/--process-id); process 0 writes the outputs.",
+        rich_help_panel=DEVICES,
+    ),
+]
+CoordinatorOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--coordinator", help="With --distributed: HOST:PORT where process 0 listens.", show_default=False,
+        rich_help_panel=DEVICES,
+    ),
+]
+NumProcessesOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--num-processes", help="With --distributed: how many processes take part.", show_default=False,
+        rich_help_panel=DEVICES,
+    ),
+]
+ProcessIdOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--process-id", help="With --distributed: this process's index, 0 … N−1.", show_default=False,
+        rich_help_panel=DEVICES,
+    ),
+]
 
 # Output -------------------------------------------------------------------------------------
 JsonOpt = Annotated[

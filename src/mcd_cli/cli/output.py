@@ -1,4 +1,8 @@
-"""Where results go: tables or JSON on stdout, warnings on stderr, JSON lines appended to --output."""
+"""Where results go: tables or JSON on stdout, warnings on stderr, JSON lines appended to --output.
+
+In a multi-process run (--distributed) every process computes the same records and only process 0
+(`devices.is_primary`) shows or writes them.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,22 @@ import json
 import sys
 from typing import Any
 
-from mcd_cli import checkpoint, report
+from mcd_cli import checkpoint, devices, report
 from mcd_cli.errors import Unreliable
 from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
 
 
 def progress(values: dict) -> report.ProgressDisplay:
     """Progress bars on stderr when it is a terminal and neither --quiet nor --json was given."""
-    return report.ProgressDisplay(enabled=sys.stderr.isatty() and not values.get("quiet") and not values.get("json"))
+    return report.ProgressDisplay(
+        enabled=sys.stderr.isatty() and not values.get("quiet") and not values.get("json") and devices.is_primary()
+    )
 
 
 def emit(records: list[dict], values: dict, table: Any) -> None:
     """The table (or the JSON lines) on stdout, then each record's warnings on stderr."""
+    if not devices.is_primary():
+        return
     if values.get("json"):
         for rec in records:
             print(report.to_json(rec), flush=True)
@@ -27,7 +35,7 @@ def emit(records: list[dict], values: dict, table: Any) -> None:
 
 
 def warn_after(records: list[dict], values: dict) -> None:
-    if not values.get("quiet"):
+    if not values.get("quiet") and devices.is_primary():
         for rec in records:
             for warning in report.warnings_for(rec):
                 print(warning, file=sys.stderr)
@@ -43,7 +51,7 @@ def strict(values: dict, records: list[dict]) -> None:
 
 def warn_before(plans: list[RunPlan], values: dict) -> None:
     """Warnings known from the settings alone, on stderr before any work (each line once)."""
-    if values.get("quiet"):
+    if values.get("quiet") or not devices.is_primary():
         return
     for line in dict.fromkeys(w for plan in plans for w in plan_warnings(plan)):
         print(line, file=sys.stderr)
@@ -51,7 +59,7 @@ def warn_before(plans: list[RunPlan], values: dict) -> None:
 
 def append(values: dict, rec: dict) -> None:
     """Appends the record to --output (one line, atomically)."""
-    if values.get("output") is not None:
+    if values.get("output") is not None and devices.is_primary():
         checkpoint.append_line(values["output"], report.to_json(rec))
 
 
@@ -66,7 +74,7 @@ def check_plot(values: dict) -> None:
 
 def plot_estimate(values: dict, rec: dict, result: Any) -> None:
     """With --plot: the figure of one run (`plot.estimate_figure`), then a line on stderr."""
-    if values.get("plot") is None:
+    if values.get("plot") is None or not devices.is_primary():
         return
     from mcd_cli import plot
 
@@ -78,7 +86,7 @@ def plot_estimate(values: dict, rec: dict, result: Any) -> None:
 
 def plot_compare(values: dict, records: list[dict], names: Any = None, comparison: Any = None) -> None:
     """With --plot: log Ẑ ± SE per setting or per model (`plot.compare_figure`)."""
-    if values.get("plot") is None:
+    if values.get("plot") is None or not devices.is_primary():
         return
     from mcd_cli import plot
 
@@ -91,6 +99,8 @@ def dry_run(plans: list[RunPlan], values: dict) -> None:
     """What would run, and about how much memory it needs."""
     import dataclasses
 
+    if not devices.is_primary():
+        return
     rows = []
     for plan in plans:
         need = memory_needed(plan)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import os
 import signal
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Iterator, Optional
 import typer
 import yaml
 
-from mcd_cli import safeyaml
+from mcd_cli import devices, safeyaml
 from mcd_cli.cli.app import one_line
 from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
@@ -131,6 +132,7 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
         for key, value in PRESETS[preset].items():
             if values.get(key) is None:
                 values[key] = value
+    start_runtime(values)  # before `auto` values ask JAX for its devices
     return _automatic(ctx, values)
 
 
@@ -292,9 +294,36 @@ def run_plan(loaded: LoadedTarget, sconf: SamplerConfig, tconf: TrainConfig, val
         target_args=loaded.args,
         target_model=loaded.model,
         target_data=str(loaded.data) if loaded.data is not None else None,
+        devices=devices.parse_count(values.get("devices")),
         model_index=values.get("model_index"),
         **extra,
     )
+
+
+def start_runtime(values: dict) -> None:
+    """Joins the multi-process runtime under --distributed (before any JAX computation)."""
+    cluster = [f"--{n.replace('_', '-')}" for n in ("coordinator", "num_processes", "process_id") if values.get(n) is not None]
+    if not values.get("distributed"):
+        if cluster:
+            verb = "needs" if len(cluster) == 1 else "need"
+            raise UsageError(f"{', '.join(cluster)} {verb} --distributed; add it or drop them")
+        return
+    results_only_on_stdout()
+    devices.initialize(values.get("coordinator"), values.get("num_processes"), values.get("process_id"))
+
+
+def results_only_on_stdout() -> None:
+    """Keeps stdout for results: the runtime's native libraries (Gloo, between CPU processes) print
+    to file descriptor 1, which from here on goes to stderr, while `sys.stdout` writes to a
+    duplicate of the original stdout."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test runner's capture)
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    os.dup2(sys.stderr.fileno(), fd)
+    sys.stdout = os.fdopen(saved, "w", buffering=1, encoding=sys.stdout.encoding, errors=sys.stdout.errors)
 
 
 def checkpoint_every(values: dict) -> int:

@@ -1,0 +1,205 @@
+"""Scaling over devices (issue 15, part 5): estimation particles per second and training milliseconds
+per update against the device count, and the overhead of the sharded code path.
+
+Cells, timed interleaved inside each repeat (so a change of machine load hits all alike):
+
+- `unsharded`: the plain path (`sharding=None`), the baseline;
+- `devices=n` for each n of `--devices`: particles sharded over the first n devices
+  (`devices.particle_layout(n)`); `devices=1` is the sharded code path on one device, so
+  `devices=1 / unsharded` is its overhead.
+
+On a CPU the devices are simulated (`--simulate N` sets
+`XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX starts); they share the same cores,
+so no speed-up is expected there: the numbers show correctness (the sharded chunk's log weights
+equal the unsharded ones, `max_abs_diff`) and overhead. On a GPU machine run it without
+`--simulate`. Timings are steady state (compilation and `--warmup` calls left out); medians over
+`--repeats`; each ratio is computed within a repeat.
+
+Usage (the committed CPU results):
+
+    taskset -c 1 nice -n 10 python benchmarks/scaling.py --simulate 4 --devices 1 2 4 \\
+        --output benchmarks/results/scaling_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--simulate", type=int, default=0, help="simulated CPU devices (0: the real ones)")
+    p.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--target", default="gmm8")
+    p.add_argument("--dim", type=int, default=20)
+    p.add_argument("--estimator", default="ula-mcd")
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--chunk-size", type=int, default=1024)
+    p.add_argument("--iterations", type=int, default=10, help="training updates per timed block")
+    p.add_argument("--chunks", type=int, default=4, help="estimation chunks per timed block")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--output", type=Path, required=True)
+    return p.parse_args()
+
+
+ARGS = _parse()
+if ARGS.simulate:
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={ARGS.simulate}"
+    ).strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from common import ResultFile, log  # noqa: E402
+from mcd_cli import devices  # noqa: E402
+from mcd_cli.annealing import log_weight_chunk  # noqa: E402
+from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.targets import load_target  # noqa: E402
+from mcd_cli.training import init_train_state, make_update  # noqa: E402
+
+
+def sampler_config(estimator: str, steps: int, hidden: int) -> SamplerConfig:
+    sampler, _, mcd = estimator.partition("-")
+    return SamplerConfig(sampler=sampler, backward="mcd" if mcd else "ais", steps=steps, hidden=hidden)
+
+
+class Cell:
+    """One sharding: its compiled training update and estimation chunk, each timed apart."""
+
+    def __init__(self, sharding, target, sconf, tconf, chunk_size):
+        state = init_train_state(jax.random.key(0), target, sconf, tconf)
+        self.params, self.opt_state, self.key = state.params, state.opt_state, state.key
+        self.lr_scale = jnp.asarray(1.0, dtype=jnp.float32)
+        self.update = make_update(target, sconf, tconf, sharding=sharding)
+        self.chunk = log_weight_chunk(target, sconf, chunk_size, sharding)
+        self.chunk_size = chunk_size
+        self.initial_params = state.params
+        self.updates = self.chunks = 0
+        t0 = time.perf_counter()
+        self.train(1)
+        self.train_compile_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.estimate(1)
+        self.estimate_compile_seconds = time.perf_counter() - t0
+
+    def train(self, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self.params, self.opt_state, elbo, _ = self.update(
+                self.params, self.opt_state, jax.random.fold_in(self.key, self.updates), self.lr_scale
+            )
+            self.updates += 1
+        jax.block_until_ready(elbo)
+        return time.perf_counter() - t0
+
+    def estimate(self, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            out = self.chunk(self.initial_params, jax.random.key(1), jnp.asarray(self.chunks * self.chunk_size, jnp.uint32))
+            self.chunks += 1
+        jax.block_until_ready(out)
+        return time.perf_counter() - t0
+
+    def first_chunk(self) -> np.ndarray:
+        return np.asarray(self.chunk(self.initial_params, jax.random.key(1), jnp.asarray(0, jnp.uint32)))
+
+
+def main() -> None:
+    args = ARGS
+    settings = {k: v for k, v in vars(args).items() if k != "output"}
+    settings["output"] = None
+    result = ResultFile(args.output, "scaling", settings)
+    target = load_target(args.target, {"dim": str(args.dim)})
+    sconf = sampler_config(args.estimator, args.steps, args.hidden)
+    names = ["unsharded"] + [f"devices={n}" for n in args.devices]
+    cells = {}
+    for name in names:
+        n = None if name == "unsharded" else int(name.split("=")[1])
+        sharding = None if n is None else devices.particle_layout(n).particles
+        batch = args.batch_size if n is None else devices.round_up(args.batch_size, n)
+        chunk = args.chunk_size if n is None else devices.round_up(args.chunk_size, n)
+        log(f"{name}: compiling")
+        cells[name] = Cell(sharding, target, sconf, TrainConfig(iterations=1, batch_size=batch), chunk)
+        cells[name].train(args.warmup)
+        cells[name].estimate(args.warmup)
+    reference = cells["unsharded"].first_chunk()
+    train_s = {n: [] for n in names}
+    est_s = {n: [] for n in names}
+    for r in range(args.repeats):
+        for name in names:
+            train_s[name].append(cells[name].train(args.iterations) / args.iterations)
+            est_s[name].append(cells[name].estimate(args.chunks) / (args.chunks * cells[name].chunk_size))
+        log(f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{n} {1e3 * train_s[n][-1]:.1f} ms" for n in names))
+    for name in names:
+        chunk = cells[name].first_chunk()[: len(reference)]
+        result.add(
+            name,
+            {
+                "devices": None if name == "unsharded" else int(name.split("=")[1]),
+                "train_ms_per_update_median": 1e3 * statistics.median(train_s[name]),
+                "train_ms_per_update_repeats": [1e3 * s for s in train_s[name]],
+                "train_ratio_to_unsharded_median": statistics.median(
+                    a / b for a, b in zip(train_s[name], train_s["unsharded"])
+                ),
+                "estimate_particles_per_second_median": statistics.median(1.0 / s for s in est_s[name]),
+                "estimate_particles_per_second_repeats": [1.0 / s for s in est_s[name]],
+                "estimate_ratio_to_unsharded_median": statistics.median(
+                    a / b for a, b in zip(est_s[name], est_s["unsharded"])
+                ),
+                "train_compile_seconds": cells[name].train_compile_seconds,
+                "estimate_compile_seconds": cells[name].estimate_compile_seconds,
+                "max_abs_diff_log_weights_vs_unsharded": float(np.max(np.abs(chunk - reference))),
+            },
+        )
+    result.data["load_average_at_end"] = list(os.getloadavg())
+    result.save()
+    write_markdown(result.data, args.output.with_suffix(".md"))
+
+
+def write_markdown(data: dict, path: Path) -> None:
+    session = data["sessions"][-1]
+    m = session["machine"]
+    s = data["settings"]
+    lines = [
+        "# Scaling over devices",
+        "",
+        f"`{session['command']}`",
+        "",
+        f"Machine: {m['cpu_model']}, {m['cpu_count']} cores ({m['cpu_affinity']} usable by this run), "
+        f"backend {m['backend']}, {len(m['devices'])} device(s), JAX {m['jax']}; load average "
+        f"{m['load_average_at_start']} at the start and {data.get('load_average_at_end')} at the end "
+        "(the machine is shared with other jobs). Commit "
+        f"{(m['git_commit'] or '')[:10]}{' (dirty)' if m['git_dirty'] else ''}, {m['date']}.",
+        "",
+        f"{s['estimator']} on {s['target']} d = {s['dim']}, K = {s['steps']}, hidden {s['hidden']}; training "
+        f"batch {s['batch_size']}, estimation chunks of {s['chunk_size']}; medians of {s['repeats']} "
+        "interleaved repeats; ratios are time ratios to the unsharded path, computed within a repeat.",
+        "",
+        "| path | training ms/update | time ratio | estimation particles/s | time ratio | max abs Δ log w vs unsharded |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, c in data["cells"].items():
+        lines.append(
+            f"| {name} | {c['train_ms_per_update_median']:.1f} | {c['train_ratio_to_unsharded_median']:.3f} | "
+            f"{c['estimate_particles_per_second_median']:.0f} | {c['estimate_ratio_to_unsharded_median']:.3f} | "
+            f"{c['max_abs_diff_log_weights_vs_unsharded']:.2e} |"
+        )
+    lines.append("")
+    path.write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

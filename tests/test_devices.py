@@ -1,0 +1,208 @@
+"""Sharding particles over devices, and the multi-process runtime.
+
+The equality tests run in a subprocess that simulates four CPU devices
+(`XLA_FLAGS=--xla_force_host_platform_device_count=4`, which must be set before JAX starts): the
+same seed on 1, 2 and 4 devices gives the same log weights, hence the same log Ẑ, to float
+tolerance, and the same parameters after 20 training updates to relative 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import one_line_error, records, subprocess_env
+from mcd_cli import devices
+from mcd_cli.errors import UsageError
+from mcd_cli.stats import summarize
+
+TINY_RUN = ["gmm8", "--param", "dim=2", "--steps", "4", "--hidden", "8", "--iterations", "5",
+            "--batch-size", "8", "--samples", "200", "--seed", "3", "--json", "-q"]
+
+# Runs inside a subprocess with four simulated devices; prints one JSON object. `estimate`: the
+# log weights of 200 particles in chunks of 48 (the last one partial) on 1, 2, 4 devices and
+# unsharded; `train`: the parameters after 20 updates on 1, 2, 4 devices.
+EQUALITY_SCRIPT = textwrap.dedent(
+    """
+    import dataclasses, json, sys
+    import jax, numpy as np
+    from mcd_cli import annealing, devices, run, training
+    from mcd_cli.config import SamplerConfig, TrainConfig
+    from mcd_cli.stats import summarize
+    from mcd_cli.targets import load_target
+
+    assert len(jax.devices()) == 4, jax.devices()
+    target = load_target("gmm8", {"dim": "2"})
+    leaves = lambda tree: [np.asarray(x, np.float64).ravel().tolist() for x in jax.tree.leaves(tree)]
+    out = {}
+    if sys.argv[1] == "estimate":
+        sconf = SamplerConfig(sampler="ula", backward="ais", steps=2, hidden=4)
+        params = annealing.init_params(jax.random.key(1), target, sconf)
+        key = jax.random.key(2)
+        out["weights"] = {"none": annealing.sample_log_weights(key, params, target, sconf, 200, 200).tolist()}
+        for n in (1, 2, 4):
+            sharding = devices.particle_layout(n).particles
+            out["weights"][n] = annealing.sample_log_weights(key, params, target, sconf, 200, 48, sharding=sharding).tolist()
+        plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(batch_size=6), num_samples=200, devices=4)
+        out["notes"] = run.rounding_notes(plan)
+        out["batch"] = run.sharded_plan(plan).tconf.batch_size
+        out["notes_even"] = run.rounding_notes(dataclasses.replace(plan, tconf=TrainConfig(batch_size=8)))
+        out["notes_small"] = run.rounding_notes(dataclasses.replace(plan, num_samples=10, devices=2))
+        out["notes_odd"] = run.rounding_notes(dataclasses.replace(plan, num_samples=9, tconf=TrainConfig(batch_size=8)))
+    else:
+        sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8)
+        tconf = TrainConfig(iterations=20, batch_size=8, lr=0.01)
+        state = training.init_train_state(jax.random.key(1), target, sconf, tconf)
+        out["initial"] = leaves(state.params)
+        out["params"] = {}
+        for n in (1, 2, 4):
+            update = training.make_train_chunk(target, sconf, tconf, sharding=devices.particle_layout(n).particles)
+            result = training.fit(state, target, sconf, tconf, update=update)
+            assert result.state.iteration == 20 and result.skipped == 0
+            out["params"][n] = leaves(result.params)
+    print(json.dumps(out))
+    """
+)
+
+
+def simulated_devices_env(cache, count=4):
+    env = subprocess_env(cache)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={count}"
+    return env
+
+
+def run_script(what: str, cache) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", EQUALITY_SCRIPT, what], env=simulated_devices_env(cache), capture_output=True,
+        text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def estimation(tmp_path_factory):
+    return run_script("estimate", tmp_path_factory.mktemp("jax-cache-devices"))
+
+
+def test_same_log_weights_and_log_z_on_1_2_4_devices(estimation):
+    import numpy as np
+
+    reference = np.asarray(estimation["weights"]["none"])
+    assert np.all(np.isfinite(reference)) and np.std(reference) > 0.1
+    log_z = summarize(reference).log_z
+    for n in ("1", "2", "4"):
+        np.testing.assert_allclose(estimation["weights"][n], reference, rtol=1e-5, atol=1e-5)
+        assert abs(summarize(np.asarray(estimation["weights"][n])).log_z - log_z) < 1e-5
+
+
+def test_sizes_rounded_to_a_multiple_of_the_devices_with_a_message(estimation):
+    assert estimation["batch"] == 8
+    assert len(estimation["notes"]) == 1
+    assert "--batch-size 6 rounded up to 8, a multiple of the 4 devices" in estimation["notes"][0]
+    assert estimation["notes_even"] == []  # nothing rounded, nothing said
+    assert estimation["notes_small"] == []  # batch 6 and chunk 10 on 2 devices
+    (odd,) = estimation["notes_odd"]
+    assert "chunks rounded up to 12 particles" in odd and "--samples 9" in odd
+
+
+@pytest.mark.slow
+def test_same_parameters_after_20_updates_on_1_2_4_devices(tmp_path):
+    import numpy as np
+
+    trained = run_script("train", tmp_path)
+    one = trained["params"]["1"]
+    moved = max(float(np.max(np.abs(np.asarray(a) - b))) for a, b in zip(one, trained["initial"]))
+    assert moved > 1e-3  # the equality below is not vacuous
+    for n in ("2", "4"):
+        for a, b in zip(one, trained["params"][n]):
+            a, b = np.asarray(a), np.asarray(b)
+            scale = max(float(np.max(np.abs(a))), 1e-6)
+            assert float(np.max(np.abs(a - b))) <= 1e-5 * scale, (n, a, b)
+
+
+def test_parse_count():
+    assert devices.parse_count(None) is None
+    assert devices.parse_count("all") is None
+    assert devices.parse_count("ALL") is None
+    assert devices.parse_count("2") == 2
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(UsageError, match="--devices must be"):
+            devices.parse_count(bad)
+
+
+def test_round_up():
+    assert [devices.round_up(n, 4) for n in (1, 4, 5, 8, 130)] == [4, 4, 8, 8, 132]
+    assert devices.round_up(7, 1) == 7
+
+
+def test_layout_on_one_device():
+    layout = devices.particle_layout()
+    assert layout.count == 1 and layout.mesh.axis_names == (devices.AXIS,)
+    with pytest.raises(UsageError, match="--devices 2 asks for more devices than the 1"):
+        devices.particle_layout(2)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"coordinator": "127.0.0.1:1234"}, "go together"),
+        ({"coordinator": "nohost", "num_processes": 2, "process_id": 0}, "HOST:PORT"),
+        ({"coordinator": "h:1", "num_processes": 2, "process_id": 2}, "between 0 and 1"),
+        ({"coordinator": "h:1", "num_processes": 0, "process_id": 0}, "at least 1"),
+    ],
+)
+def test_initialize_rejects_bad_arguments(args, message):
+    with pytest.raises(UsageError, match=message):
+        devices.initialize(args.get("coordinator"), args.get("num_processes"), args.get("process_id"))
+
+
+def test_cli_errors_are_one_line(mcd):
+    code, _, err = mcd(["estimate", "gmm8", "--devices", "2"])
+    assert code == 2 and "more devices than the 1" in one_line_error(err)
+    code, _, err = mcd(["estimate", "gmm8", "--devices", "zero"])
+    assert code == 2 and "--devices must be" in one_line_error(err)
+    code, _, err = mcd(["estimate", "gmm8", "--process-id", "1"])
+    assert code == 2 and "--process-id needs --distributed" in one_line_error(err)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_estimate(tmp_path, compile_cache):
+    """Two processes with two simulated devices each (a mesh of 4 over two processes) talk through a
+    coordinator on 127.0.0.1; their estimate is the one-process, one-device estimate."""
+    single = subprocess.run(
+        [sys.executable, "-m", "mcd_cli", "estimate", *TINY_RUN], env=subprocess_env(compile_cache),
+        capture_output=True, text=True, timeout=600,
+    )
+    assert single.returncode == 0, single.stderr
+    (alone,) = records(single.stdout)
+    port = _free_port()
+    output = tmp_path / "results.jsonl"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "mcd_cli", "estimate", *TINY_RUN, "--output", str(output), "--distributed",
+             "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+            env=simulated_devices_env(compile_cache, 2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in outs]
+    (first,) = records(outs[0][0])
+    assert outs[1][0].strip() == ""  # only process 0 writes
+    assert len(output.read_text().splitlines()) == 1
+    assert first["devices"] == 4 and first["processes"] == 2
+    assert alone["devices"] == 1 and alone["processes"] == 1
+    assert abs(first["log_z"] - alone["log_z"]) < 1e-4, (first["log_z"], alone["log_z"])
+    assert first["batch_size"] == alone["batch_size"] == 8
