@@ -1,3 +1,4 @@
+import pytest
 """The annealing loop as a library: chunked sampling, and a kernel added without touching any module."""
 
 import jax
@@ -49,6 +50,7 @@ def _cool_ula_kernel():
     return ula.KERNEL._replace(name="cool_ula", label="coolULA", step=step)
 
 
+@pytest.mark.slow
 def test_a_new_forward_kernel_runs_through_execute_without_touching_other_modules():
     from jax.scipy.stats import norm
 

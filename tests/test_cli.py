@@ -96,6 +96,7 @@ def test_estimate_table_shows_the_result(mcd, gauss_yaml):
     assert not out.lstrip().startswith("{")
 
 
+@pytest.mark.slow
 def test_estimate_trains_uha_mcd_and_reports_training(mcd, gauss_yaml):
     args = ["--steps", "2", "--hidden", "4", "--batch-size", "8", "--samples", "64"]
     code, out, err = mcd(["estimate", gauss_yaml, *args, "--sampler", "uha", "--iterations", "3", "--json"])

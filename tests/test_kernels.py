@@ -167,6 +167,7 @@ def test_one_target_gradient_per_step(sampler, backward):
 
 @pytest.mark.parametrize("sampler", FORWARDS)
 @pytest.mark.parametrize("backward", TRAINABLE_BACKWARDS)
+@pytest.mark.slow
 def test_rematerialised_scan_matches(sampler, backward):
     """Remat changes memory, not values: same log weights and gradients."""
     plain = SamplerConfig(sampler=sampler, backward=backward, steps=STEPS, hidden=HIDDEN)

@@ -24,6 +24,7 @@ def test_closed_forms_and_gradients():
     np.testing.assert_allclose(jax.grad(objectives.elbo)(log_w), -np.ones(4) / 4, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_training_minimises_the_objective_it_is_given():
     tconf = TrainConfig(iterations=5, batch_size=16, lr=1e-2)
     state = training.init_train_state(jax.random.key(0), NARROW, SCONF, tconf)
@@ -35,6 +36,7 @@ def test_training_minimises_the_objective_it_is_given():
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(moved.params)))
 
 
+@pytest.mark.slow
 def test_log_variance_training_shrinks_the_variance_of_log_weights():
     tconf = TrainConfig(iterations=60, batch_size=64, lr=1e-2, objective="logvar")
     state = training.init_train_state(jax.random.key(1), NARROW, SCONF, tconf)

@@ -108,6 +108,7 @@ def _finish(proc, timeout=300) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_uninterrupted_estimate(mcd_process, gauss_yaml, tmp_path):
     reference = mcd_process(_args(gauss_yaml))
     directory = tmp_path / "ckpt"

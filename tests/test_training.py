@@ -55,6 +55,7 @@ def _replicate_errors(params, target, sconf, replicates=32, num_samples=256):
     return combine(errors)
 
 
+@pytest.mark.slow
 def test_training_raises_elbo_and_shrinks_error():
     before, after, result = _train_and_estimate(MIXTURE, SMALL, iterations=300)
     assert result.skipped == 0
@@ -68,6 +69,7 @@ def test_training_raises_elbo_and_shrinks_error():
     assert err_after < err_before - 3 * np.hypot(se_before, se_after), (err_before, err_after)
 
 
+@pytest.mark.slow
 def test_mcd_beats_ais_on_narrow_gaussian():
     ais_conf = dataclasses.replace(SMALL, backward="ais")
     _, ais, _ = _train_and_estimate(NARROW, ais_conf, iterations=300)
@@ -93,7 +95,7 @@ def test_update_compiles_once():
     assert update._cache_size() == 1
 
 
-@pytest.mark.parametrize("objective", ["elbo", "logvar"])
+@pytest.mark.parametrize("objective", ["elbo", pytest.param("logvar", marks=pytest.mark.slow)])
 def test_chunked_loop_equals_one_update_per_call(objective):
     # The same keys give the same parameters whether updates run one per call or 7 / 50 per call
     # (float32: the scan body may be fused differently from the single jitted update).

@@ -598,6 +598,8 @@ def smc_estimate(
     """
     final = summarize(log_w, seconds=seconds)
     relvar, lineages = genealogy_relative_variance(log_w, eve, resamplings)
+    # A difference of sums: rounding can leave a true zero slightly below it.
+    relvar = 0.0 if -1e-9 <= relvar < 0.0 else relvar
     se = math.sqrt(relvar) if relvar >= 0.0 else math.nan
     reasons = list(final.reasons)
     status = final.status
