@@ -21,13 +21,11 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from mcd_cli import annealing, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
 from mcd_cli import training
-from mcd_cli.training import _all_finite, optimizer
 
 DEFAULT_DATA_BATCH = 16
 
@@ -82,22 +80,12 @@ def _update_fn(target, sconf, tconf, objective, data_batch) -> Callable:
     The contract of `training.make_update`, with the data set as a last argument: a non-finite
     loss or gradient leaves the parameters unchanged and returns `ok = False`.
     """
-    opt = optimizer(tconf)
     objective = objectives.as_objective(objective or tconf.objective)
-    grad_fn = jax.value_and_grad(batch_loss, has_aux=True)
 
-    def update(params, opt_state, key, lr_scale, data):
-        (loss, log_w), grads = grad_fn(params, key, data, target, sconf, tconf, objective, data_batch)
-        updates, new_opt_state = opt.update(grads, opt_state, params)
-        updates = jax.tree.map(lambda u: lr_scale * u, updates)
-        new_params = optax.apply_updates(params, updates)
-        ok = jnp.isfinite(loss) & jnp.all(jnp.isfinite(log_w)) & _all_finite(grads)
-        keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-        new_params = jax.tree.map(keep, new_params, params)
-        new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
-        return new_params, new_opt_state, jnp.mean(log_w), ok
+    def loss(params, key, data):
+        return batch_loss(params, key, data, target, sconf, tconf, objective, data_batch)
 
-    return update
+    return training.guarded_update(loss, tconf)
 
 
 @functools.lru_cache(maxsize=8)

@@ -161,16 +161,27 @@ def _update_fn(
     `sharding` (of the particle axis; the batch size a multiple of its device count) shards the
     batch over its devices.
     """
-    opt = optimizer(tconf)
     objective = objectives.as_objective(objective or tconf.objective)
-    grad_fn = jax.value_and_grad(batch_loss, has_aux=True)
 
-    def update(params, opt_state, key, lr_scale):
-        (loss, log_w), grads = grad_fn(params, key, target, sconf, tconf.batch_size, objective, sharding)
+    def loss(params, key):
+        return batch_loss(params, key, target, sconf, tconf.batch_size, objective, sharding)
+
+    return guarded_update(loss, tconf)
+
+
+def guarded_update(loss: Callable, tconf: TrainConfig) -> Callable:
+    """`update(params, opt_state, key, lr_scale, *args) -> (params, opt_state, elbo, ok)` for a
+    `loss(params, key, *args) -> (loss, log_w)`: one clipped Adam step scaled by `lr_scale`, left
+    undone (`ok = False`) when the loss, a log weight or a gradient is not finite."""
+    opt = optimizer(tconf)
+    grad_fn = jax.value_and_grad(loss, has_aux=True)
+
+    def update(params, opt_state, key, lr_scale, *args):
+        (value, log_w), grads = grad_fn(params, key, *args)
         updates, new_opt_state = opt.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: lr_scale * u, updates)
         new_params = optax.apply_updates(params, updates)
-        ok = jnp.isfinite(loss) & jnp.all(jnp.isfinite(log_w)) & _all_finite(grads)
+        ok = jnp.isfinite(value) & jnp.all(jnp.isfinite(log_w)) & _all_finite(grads)
         keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
         new_params = jax.tree.map(keep, new_params, params)
         new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
