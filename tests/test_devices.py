@@ -3,7 +3,8 @@
 The equality tests run in a subprocess that simulates four CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=4`, which must be set before JAX starts): the
 same seed on 1, 2 and 4 devices gives the same log weights, hence the same log Ẑ, to float
-tolerance, and the same parameters after 20 training updates to relative 1e-5.
+tolerance, and the same parameters after 20 training updates to relative 1e-5; an SMC population
+split over 1, 2 and 4 devices and resampled globally gives the same ancestors and the same log Ẑ.
 """
 
 from __future__ import annotations
@@ -70,15 +71,66 @@ EQUALITY_SCRIPT = textwrap.dedent(
 )
 
 
+# Runs inside a subprocess with four simulated devices; prints one JSON object. `fixed`: one SMC
+# population of 256 particles (ULA/AIS, K = 12, --resample 0.5, --refine mala, multinomial) compiled
+# unsharded and sharded over 2 and 4 devices; `adaptive`: `run.execute` of adaptive tempering with
+# --refine hmc (systematic resampling) on --devices 1, 2, 4; `notes`: the population's rounding.
+SMC_SCRIPT = textwrap.dedent(
+    """
+    import dataclasses, json, math
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.scipy.special import logsumexp
+    from mcd_cli import annealing, devices, run, smc
+    from mcd_cli.config import SamplerConfig, TrainConfig
+    from mcd_cli.targets import Target
+
+    assert len(jax.devices()) == 4, jax.devices()
+    # N(1.5, 0.7² I) in d = 3 seen from π0 = N(0, I): log Z = 3 log(0.7 √(2π)).
+    target = Target.create(lambda x: -0.5 * jnp.sum(((x - 1.5) / 0.7) ** 2), dim=3, initial_mean=0.0,
+                           initial_scale=1.0, log_z=3 * math.log(0.7 * math.sqrt(2 * math.pi)), name="gauss3")
+    out = {"fixed": {}, "adaptive": {}}
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=12, hidden=4, init="target", resample=0.5,
+                          refine="mala", init_step_size=0.1)
+    params = annealing.init_params(jax.random.key(1), target, sconf)
+    for n in (1, 2, 4):
+        sharding = None if n == 1 else devices.particle_layout(n).particles
+        lowered = smc.compiled(target, sconf, 256, True, sharding).lower(params, jax.random.key(5))
+        compiled = lowered.compile()
+        o = jax.device_get(compiled(params, jax.random.key(5)))
+        out["fixed"][n] = {
+            "log_z": float(o.log_z + logsumexp(o.log_w) - math.log(256)),
+            "resampled": [i + 1 for i in range(int(o.steps)) if o.trace.resampled[i]],
+            "eve": np.asarray(o.eve).tolist(),
+            "acceptance": np.asarray(o.trace.acceptance).tolist(),
+            "gathers": compiled.as_text().count(" all-gather("),
+        }
+    adaptive = dataclasses.replace(sconf, adaptive=True, refine="hmc", leapfrog=3, resampling="systematic")
+    plan = run.RunPlan(target=target, sconf=adaptive, tconf=TrainConfig(iterations=0), num_samples=256, seed=4)
+    for n in (1, 2, 4):
+        record = run.execute(dataclasses.replace(plan, devices=n))
+        diagnostics = record.smc[0]
+        out["adaptive"][n] = {
+            "log_z": record.combined.log_z, "devices": record.devices, "steps": diagnostics["steps"],
+            "resampled": diagnostics["resampled_steps"], "beta": diagnostics["beta"],
+            "particles": diagnostics["particles"], "notes": run.plan_warnings(dataclasses.replace(plan, devices=n)),
+        }
+    odd = dataclasses.replace(plan, num_samples=404, particles=202, devices=4)
+    out["notes"] = run.plan_warnings(odd)
+    out["population"] = run.smc_population(odd)
+    print(json.dumps(out))
+    """
+)
+
+
 def simulated_devices_env(cache, count=4):
     env = subprocess_env(cache)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={count}"
     return env
 
 
-def run_script(what: str, cache) -> dict:
+def run_script(what: str, cache, script: str = EQUALITY_SCRIPT) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", EQUALITY_SCRIPT, what], env=simulated_devices_env(cache), capture_output=True,
+        [sys.executable, "-c", script, what], env=simulated_devices_env(cache), capture_output=True,
         text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -124,6 +176,49 @@ def test_same_parameters_after_20_updates_on_1_2_4_devices(tmp_path):
             a, b = np.asarray(a), np.asarray(b)
             scale = max(float(np.max(np.abs(a))), 1e-6)
             assert float(np.max(np.abs(a - b))) <= 1e-5 * scale, (n, a, b)
+
+
+@pytest.fixture(scope="module")
+def smc_runs(tmp_path_factory):
+    return run_script("smc", tmp_path_factory.mktemp("jax-cache-smc"), SMC_SCRIPT)
+
+
+# Sharding changes only the order of the float32 sums that cross devices (the preconditioner's
+# weighted moments, the mean acceptance), a relative 1e-7 on the weights; carried through K = 12
+# steps to a log Ẑ near 1.5 that stays below 1e-5, hence abs 1e-4. One different ancestor (or
+# per-device islands) moves log Ẑ by its Monte Carlo error, over 1e-2 here, and changes `eve`.
+LOG_Z_ATOL = 1e-4
+
+
+def test_smc_same_log_z_and_resampling_on_1_2_4_devices(smc_runs):
+    fixed = smc_runs["fixed"]
+    one = fixed["1"]
+    assert one["gathers"] == 0 and fixed["2"]["gathers"] > 0 and fixed["4"]["gathers"] > 0  # really split
+    assert 0 < len(one["resampled"]) < 11 and len(set(one["eve"])) < 256  # it resampled, and refined:
+    assert sum(a == a for a in one["acceptance"]) == len(one["resampled"])
+    for n in ("2", "4"):
+        assert fixed[n]["resampled"] == one["resampled"]
+        assert fixed[n]["eve"] == one["eve"]  # the same ancestors: resampling is global
+        assert fixed[n]["log_z"] == pytest.approx(one["log_z"], rel=1e-5, abs=LOG_Z_ATOL)
+
+
+def test_adaptive_smc_through_the_run_layer_on_1_2_4_devices(smc_runs):
+    adaptive = smc_runs["adaptive"]
+    one = adaptive["1"]
+    assert one["steps"][0] > 1 and one["resampled"] and one["beta"][-1] == 1.0
+    for n in ("1", "2", "4"):
+        assert adaptive[n]["devices"] == int(n)  # the record says how many were used
+        assert adaptive[n]["particles"] == 256 and adaptive[n]["notes"] == []  # nothing rounded
+        assert adaptive[n]["steps"] == one["steps"] and adaptive[n]["resampled"] == one["resampled"]
+        assert adaptive[n]["beta"] == pytest.approx(one["beta"], rel=1e-5)
+        assert adaptive[n]["log_z"] == pytest.approx(one["log_z"], rel=1e-5, abs=LOG_Z_ATOL)
+
+
+def test_smc_population_rounded_to_a_multiple_of_the_devices_with_a_message(smc_runs):
+    assert smc_runs["population"] == 204
+    (note,) = smc_runs["notes"]
+    assert "SMC populations rounded up to 204 particles, a multiple of the 4 devices" in note
+    assert "give --particles a multiple of 4" in note
 
 
 def test_parse_count():

@@ -222,13 +222,15 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
     training = 0.0
     if plan.load is None and t.iterations > 0:
         training = float(t.batch_size) * (stored_steps + 1) * per_step * itemsize
-    chunk = plan.population if s.smc else min(plan.chunk_size, plan.num_samples)
+    chunk = smc_population(plan) if s.smc else min(plan.chunk_size, plan.num_samples)
     estimation = float(chunk) * per_step * itemsize * 2
-    # Particles are sharded: each device holds its share of the batch and of the chunk.
+    # Particles are sharded: each device holds its share of the batch, of the chunk and of an SMC
+    # population; resampling gathers the whole population's states on every device for a moment.
     count = devices.particle_layout(plan.devices).count
     training /= count
-    if not s.smc:  # SMC populations are not sharded
-        estimation /= count
+    estimation /= count
+    if s.smc and count > 1:
+        estimation += float(chunk) * state * itemsize
     return {
         "training": training,
         "estimation": estimation,
@@ -406,8 +408,8 @@ def plan_warnings(plan: RunPlan) -> list[str]:
                 f"warning: --schedule adaptive moves the particles with --refine {plan.sconf.refine} "
                 f"only: the {plan.tconf.iterations} training iterations are skipped (--iterations 0 "
                 "says so)"
-            ]
-        return []
+            ] + rounding_notes(plan)
+        return rounding_notes(plan)
     est = registry.estimator(plan.sconf.sampler, plan.sconf.backward)
     return list(est.backward.warnings(plan.target.dim, plan.sconf)) + rounding_notes(plan)
 
@@ -418,6 +420,12 @@ def sharded_sizes(plan: RunPlan) -> tuple[int, int, int]:
     count = devices.particle_layout(plan.devices).count
     chunk = max(1, min(plan.chunk_size, plan.num_samples))
     return count, devices.round_up(plan.tconf.batch_size, count), devices.round_up(chunk, count)
+
+
+def smc_population(plan: RunPlan) -> int:
+    """SMC particles per population as run: `plan.population` rounded up to a multiple of the
+    device count over all processes (the population is one system: no particle can be dropped)."""
+    return devices.round_up(plan.population, devices.particle_layout(plan.devices).count)
 
 
 def sharded_plan(plan: RunPlan) -> RunPlan:
@@ -432,6 +440,17 @@ def rounding_notes(plan: RunPlan) -> list[str]:
     """One line for each size rounded to a multiple of the device count."""
     count, batch, chunk = sharded_sizes(plan)
     notes = []
+    s = plan.sconf
+    if s.smc and smc_population(plan) != plan.population:
+        population = smc_population(plan)
+        asked = "--particles" if plan.particles is not None else "--samples"
+        notes.append(
+            f"SMC populations rounded up to {population} particles, a multiple of the {count} devices the "
+            f"particles are sharded over (the estimate then differs from a {plan.population}-particle one); "
+            f"give {asked} a multiple of {count} to keep it"
+        )
+    if s.adaptive:  # no training, and no importance-sampling chunks
+        return notes
     if plan.load is None and plan.tconf.iterations > 0 and batch != plan.tconf.batch_size:
         notes.append(
             f"--batch-size {plan.tconf.batch_size} rounded up to {batch}, a multiple of the {count} devices "
@@ -670,7 +689,9 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         t0 = time.perf_counter()
         try:
             if s.smc:
-                est, diagnostics = estimate_smc(plan, target, params, key_estimate, callback)
+                est, diagnostics = estimate_smc(
+                    plan, target, params, key_estimate, callback, sharding=layout.particles
+                )
                 totals.smc.append(diagnostics)
             else:
                 log_w = annealing.sample_log_weights(
@@ -726,18 +747,26 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     )
 
 
-def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callback) -> tuple[Any, dict]:
+def estimate_smc(
+    plan: RunPlan, target: Any, params: Any, key: jax.Array, callback, sharding: Optional[Any] = None
+) -> tuple[Any, dict]:
     """The SMC estimate of one repeat and its diagnostics (the record's `smc` section).
 
     `num_samples` particles run as `num_samples / population` independent SMC runs (population `j`
     uses `fold_in(key, j)`), merged by averaging their Ẑ (`stats.merge_runs`). On a fixed schedule
     the importance-sampling estimate of the same kernels (the per-particle loop, the estimation
     key's own particles) is computed too, as `log_z_is`: what resampling and refinement bought.
+
+    With `sharding` (the particle axis over several devices) each population is split over the
+    devices and resampled globally (`smc.run`): the estimate is the single-device one. The
+    population is rounded up to a multiple of the device count (`smc_population`).
     """
     s = plan.sconf
-    population = plan.population
-    runs = plan.num_samples // population
-    compiled = smc.compiled(target, s, population)
+    runs = plan.num_samples // plan.population
+    population = smc_population(plan)
+    if sharding is not None and sharding.mesh.devices.size == 1:
+        sharding = None  # one device: the unconstrained program, bit for bit the same
+    compiled = smc.compiled(target, s, population, True, sharding)
     estimates, outputs = [], []
     for j in range(runs):
         out = jax.device_get(compiled(params, jax.random.fold_in(key, j)))
@@ -748,7 +777,7 @@ def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callba
             )
         )
         outputs.append(out)
-        callback((j + 1) * population, plan.num_samples)
+        callback((j + 1) * plan.population, plan.num_samples)
     merged = merge_runs(estimates)
     if not math.isfinite(merged.log_z):
         raise RunFailed(
@@ -792,7 +821,9 @@ def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callba
     }
     if not s.adaptive:
         try:
-            log_w = annealing.sample_log_weights(key, params, target, s, plan.num_samples, plan.chunk_size)
+            log_w = annealing.sample_log_weights(
+                key, params, target, s, plan.num_samples, plan.chunk_size, sharding=sharding
+            )
             plain = summarize(log_w)
             diagnostics.update(
                 log_z_is=plain.log_z, log_z_is_stderr=plain.log_z_stderr, log_z_is_status=plain.status.value

@@ -27,6 +27,14 @@ weights is `target_ess` (classic adaptive tempered SMC, as BlackJAX's `adaptive_
 With a fixed schedule and fixed kernels Ẑ is unbiased for Z whatever the resampling (Del Moral
 2004); choices made from the particles (adaptive β, adapted step sizes and mass) add a small bias.
 
+Across devices (`sharding`, the particle axis of a one-dimensional mesh) the particle states are
+sharded and the N log weights and Eve indices replicated: every weight-based decision (ESS, the
+bisection on β′, the ancestors drawn from the run's key, the log Ẑ increments) is computed on the
+whole population by every device alike, and the selected ancestors are gathered back into the
+sharded layout (global resampling, docs/cluster.md). The preconditioner's weighted moments and the
+acceptance rate are global means that XLA reduces across devices. The run is therefore the
+single-device one, up to the order of those float sums.
+
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from mcd_cli.config import SamplerConfig
@@ -44,11 +52,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
+from jax.sharding import NamedSharding, PartitionSpec
 
 from mcd_cli import annealing, resampling
 from mcd_cli.config import SamplerConfig
@@ -157,12 +166,45 @@ def _take(tree: Any, idx: jax.Array) -> Any:
     return jax.tree.map(lambda a: a[idx], tree)
 
 
-def resample_population(pop: Population, key: jax.Array, resampler: Callable) -> Population:
-    """Resamples the particles: `log Ẑ` gains the log mean weight, the weights restart at zero."""
+def shard(tree: Any, sharding: Optional[NamedSharding]) -> Any:
+    """Splits the leading (particle) axis of every leaf of `tree` over `sharding`; None: unchanged."""
+    if sharding is None:
+        return tree
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
+
+
+def replicate(tree: Any, sharding: Optional[NamedSharding]) -> Any:
+    """Every leaf of `tree` whole on every device of `sharding`'s mesh (an all-gather); None: unchanged."""
+    if sharding is None:
+        return tree
+    whole = NamedSharding(sharding.mesh, PartitionSpec())
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, whole), tree)
+
+
+def on_every_device(fn: Callable, sharding: Optional[NamedSharding]) -> Callable:
+    """`fn` run whole by every device on replicated arguments (`shard_map` with replicated specs).
+
+    XLA would otherwise be free to split a computation on replicated arrays (a cumulative sum, a
+    reduction) over the devices, and sum in another order than one device does; here every device
+    makes the single-device computation on the same numbers, so its decisions are the same.
+    """
+    if sharding is None:
+        return fn
+    return jax.shard_map(fn, mesh=sharding.mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec())
+
+
+def resample_population(
+    pop: Population, key: jax.Array, resampler: Callable, sharding: Optional[NamedSharding] = None
+) -> Population:
+    """Resamples the particles: `log Ẑ` gains the log mean weight, the weights restart at zero.
+
+    With `sharding` the weights are replicated, so every device draws the same ancestors from the
+    same key, and the ancestors' states are gathered back into the sharded layout.
+    """
     n = pop.log_w.shape[0]
-    idx = resampler(key, normalised(pop.log_w), n)
+    idx = on_every_device(lambda k, log_w: resampler(k, normalised(log_w), n), sharding)(key, pop.log_w)
     return pop._replace(
-        states=_take(pop.states, idx),
+        states=shard(_take(pop.states, idx), sharding),
         log_w=jnp.zeros_like(pop.log_w),
         log_z=pop.log_z + logsumexp(jnp.where(jnp.isnan(pop.log_w), -jnp.inf, pop.log_w)) - math.log(n),
         eve=pop.eve[idx],
@@ -185,11 +227,13 @@ def refine_population(
     evaluate: Callable,
     config: SamplerConfig,
     adapt: bool,
+    sharding: Optional[NamedSharding] = None,
 ) -> tuple[Population, jax.Array, jax.Array]:
     """`refine_steps` Metropolis moves of every particle at β: `(population, acceptance, ε used)`.
 
     Before the moves the preconditioner is set to the particles' weighted variance; after them the
-    step size moves towards the kernel's target acceptance (when `adapt`).
+    step size moves towards the kernel's target acceptance (when `adapt`). Both are means over the
+    whole population, also when `sharding` splits it over devices.
     """
     params = pop.refine
     if adapt:
@@ -200,11 +244,11 @@ def refine_population(
         params = params._replace(inv_mass=jnp.maximum(var, MIN_VARIANCE))
 
     def one_move(states, move_key):
-        keys = jax.random.split(move_key, pop.log_w.shape[0])
+        keys = shard(jax.random.split(move_key, pop.log_w.shape[0]), sharding)
         states, accept = jax.vmap(
             lambda k, s: kernel.step(k, s, beta, path, evaluate, params, config.leapfrog)
         )(keys, states)
-        return states, jnp.mean(accept)
+        return shard(states, sharding), jnp.mean(accept)
 
     states, accepts = jax.lax.scan(one_move, pop.states, jax.random.split(key, config.refine_steps))
     acceptance = jnp.mean(accepts)
@@ -220,18 +264,20 @@ def _no_refine(pop: Population) -> tuple[Population, jax.Array, jax.Array]:
     return pop, nan, nan
 
 
-def _initial_population(key, path, evaluate, num, init_state, refine_kernel, dim) -> tuple[Population, Any]:
-    keys = jax.random.split(key, num)
+def _initial_population(
+    key, path, evaluate, num, init_state, refine_kernel, dim, sharding
+) -> tuple[Population, Any]:
+    keys = shard(jax.random.split(key, num), sharding)
     x0 = jax.vmap(path.sample_initial)(keys)
     log_target0, target_grad0 = jax.vmap(evaluate)(x0)
     states, log_w0 = init_state(keys, x0, log_target0, target_grad0)
     dtype = log_w0.dtype
     kernel = refine_kernel or registry.REFINE["mala"]
     return Population(
-        states=states,
-        log_w=log_w0,
+        states=shard(states, sharding),
+        log_w=replicate(log_w0, sharding),
         log_z=jnp.zeros((), dtype),
-        eve=jnp.arange(num, dtype=jnp.int32),
+        eve=replicate(jnp.arange(num, dtype=jnp.int32), sharding),
         resamplings=jnp.zeros((), jnp.int32),
         refine=initial_refine_params(kernel, dim, dtype),
     ), x0
@@ -244,6 +290,7 @@ def run(
     config: SamplerConfig,
     num: int,
     adapt: bool = True,
+    sharding: Optional[NamedSharding] = None,
 ) -> SMCOutput:
     """One SMC run of `num` particles on the configured schedule (fixed, or adaptive).
 
@@ -256,13 +303,15 @@ def run(
         num: particles N.
         adapt: adapt the refinement's step size and preconditioner from the particles (off: the
             kernels are fixed, and Ẑ is exactly unbiased on a fixed schedule).
+        sharding: the particle axis split over a mesh of devices (`devices.Layout.particles`; `num`
+            a multiple of its device count), with global resampling; None: no constraint.
     """
     if config.adaptive:
-        return _run_adaptive(key, params, target, config, num, adapt)
-    return _run_fixed(key, params, target, config, num, adapt)
+        return _run_adaptive(key, params, target, config, num, adapt, sharding)
+    return _run_fixed(key, params, target, config, num, adapt, sharding)
 
 
-def _run_fixed(key, params, target, config, num, adapt) -> SMCOutput:
+def _run_fixed(key, params, target, config, num, adapt, sharding) -> SMCOutput:
     est = registry.estimator(config.sampler, config.backward)
     forward, backward = est.forward, est.backward
     refine_kernel = registry.refine(config.refine) if config.refine != "none" else None
@@ -287,29 +336,29 @@ def _run_fixed(key, params, target, config, num, adapt) -> SMCOutput:
         # log w_0 = [kernel's initial terms] − log π0(x_0) + log γ̃_0(s_0): zero for ULA and UHA.
         return states, log_w0 - jax.vmap(path.initial_log_density)(x0) + log_gamma(0.0, states)
 
-    pop, _ = _initial_population(key_init, path, evaluate, num, init_state, refine_kernel, target.dim)
+    pop, _ = _initial_population(key_init, path, evaluate, num, init_state, refine_kernel, target.dim, sharding)
     steps = config.steps
 
     def one_step(pop: Population, inputs):
         k, delta, beta_prev, beta, step_key = inputs
         k_move, k_resample, k_refine = jax.random.split(step_key, 3)
-        move_keys = jax.random.split(k_move, num)
+        move_keys = shard(jax.random.split(k_move, num), sharding)
         states, log_forward, transition = jax.vmap(
             lambda kk, s: forward.step(kk, s, Step(k, beta, delta), path, resolved, evaluate)
         )(move_keys, pop.states)
         log_backward = jax.vmap(lambda t: backward.log_density(params.backward, t))(transition)
         increment = log_gamma(beta, states) - log_gamma(beta_prev, pop.states) + log_backward - log_forward
-        pop = pop._replace(states=states, log_w=pop.log_w + increment)
-        ess = ess_fraction(pop.log_w)
+        pop = pop._replace(states=shard(states, sharding), log_w=pop.log_w + replicate(increment, sharding))
+        ess = on_every_device(ess_fraction, sharding)(pop.log_w)
         do_resample = (ess < config.resample) & (k < steps)
-        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler), lambda p: p, pop)
+        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler, sharding), lambda p: p, pop)
         if refine_kernel is None:
             pop, acceptance, used = _no_refine(pop)
         else:
             do_refine = (do_resample if config.refine_every == "resample" else jnp.asarray(True)) & (k < steps)
             pop, acceptance, used = jax.lax.cond(
                 do_refine,
-                lambda p: refine_population(p, k_refine, beta, refine_kernel, path, evaluate, config, adapt),
+                lambda p: refine_population(p, k_refine, beta, refine_kernel, path, evaluate, config, adapt, sharding),
                 _no_refine,
                 pop,
             )
@@ -326,7 +375,7 @@ def _run_fixed(key, params, target, config, num, adapt) -> SMCOutput:
     return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, jnp.asarray(steps, jnp.int32), trace)
 
 
-def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
+def _run_adaptive(key, params, target, config, num, adapt, sharding) -> SMCOutput:
     refine_kernel = registry.refine(config.refine)
     resampler = resampling.scheme(config.resampling)
     path = annealing.annealed_path(params.path, target, config)
@@ -336,7 +385,7 @@ def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
     def init_state(keys, x0, log_target0, target_grad0):
         return ULAState(x0, log_target0, target_grad0), jnp.zeros_like(log_target0)
 
-    pop, _ = _initial_population(key_init, path, evaluate, num, init_state, refine_kernel, target.dim)
+    pop, _ = _initial_population(key_init, path, evaluate, num, init_state, refine_kernel, target.dim, sharding)
     cap = config.max_steps
     dtype = pop.log_w.dtype
     nan = jnp.full((cap,), jnp.nan, dtype)
@@ -351,17 +400,19 @@ def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
         k_resample, k_refine = jax.random.split(jax.random.fold_in(key_steps, k))
         states = pop.states
         log_likelihood = states.log_target - jax.vmap(path.initial_log_density)(states.position)
-        log_likelihood = jnp.where(jnp.isnan(log_likelihood), -jnp.inf, log_likelihood)
-        beta_new = next_beta(beta, pop.log_w, log_likelihood, config.target_ess)
+        log_likelihood = replicate(jnp.where(jnp.isnan(log_likelihood), -jnp.inf, log_likelihood), sharding)
+        beta_new = on_every_device(lambda *a: next_beta(*a, config.target_ess), sharding)(
+            beta, pop.log_w, log_likelihood
+        )
         increment = jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (beta_new - beta) * log_likelihood)
         pop = pop._replace(log_w=pop.log_w + increment)
-        ess = ess_fraction(pop.log_w)
+        ess = on_every_device(ess_fraction, sharding)(pop.log_w)
         last = beta_new >= 1.0
         do_resample = (ess < config.resample + ESS_ROUNDING) & ~last
-        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler), lambda p: p, pop)
+        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler, sharding), lambda p: p, pop)
         pop, acceptance, used = jax.lax.cond(
             ~last,
-            lambda p: refine_population(p, k_refine, beta_new, refine_kernel, path, evaluate, config, adapt),
+            lambda p: refine_population(p, k_refine, beta_new, refine_kernel, path, evaluate, config, adapt, sharding),
             _no_refine,
             pop,
         )
@@ -380,6 +431,12 @@ def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
 
 
 @functools.lru_cache(maxsize=16)
-def compiled(target: Target, config: SamplerConfig, num: int, adapt: bool = True) -> Callable:
-    """`run` compiled for one target, configuration and population size: `(params, key) -> SMCOutput`."""
-    return jax.jit(lambda params, key: run(key, params, target, config, num, adapt))
+def compiled(
+    target: Target, config: SamplerConfig, num: int, adapt: bool = True, sharding: Optional[NamedSharding] = None
+) -> Callable:
+    """`run` compiled for one target, configuration and population size: `(params, key) -> SMCOutput`.
+
+    With `sharding` (`num` a multiple of its device count) the population is split over its mesh
+    and the output is replicated, so every process holds it.
+    """
+    return jax.jit(lambda params, key: replicate(run(key, params, target, config, num, adapt, sharding), sharding))
