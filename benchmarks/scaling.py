@@ -8,6 +8,12 @@ Cells, timed interleaved inside each repeat (so a change of machine load hits al
   (`devices.particle_layout(n)`); `devices=1` is the sharded code path on one device, so
   `devices=1 / unsharded` is its overhead.
 
+SMC rows (`smc unsharded`, `smc devices=n`): particles per second of one SMC population of
+`--particles` (the same sampler untrained, `--resample`, `--refine`, multinomial resampling) split
+over n devices with global resampling (`smc.compiled(..., sharding)`), and the largest difference of
+its log Ẑ from the unsharded one, with whether the same steps were resampled. `--rows smc` runs only
+these rows and keeps the others in the file.
+
 On a CPU the devices are simulated (`--simulate N` sets
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX starts); they share the same cores,
 so no speed-up is expected there: the numbers show correctness (the sharded chunk's log weights
@@ -19,11 +25,14 @@ Usage (the committed CPU results):
 
     taskset -c 1 nice -n 10 python benchmarks/scaling.py --simulate 4 --devices 1 2 4 \\
         --output benchmarks/results/scaling_cpu.json
+    taskset -c 1 nice -n 10 python benchmarks/scaling.py --simulate 4 --devices 1 2 4 --rows smc \\
+        --output benchmarks/results/scaling_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -46,6 +55,12 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--chunks", type=int, default=4, help="estimation chunks per timed block")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--rows", choices=["all", "is", "smc"], default="all",
+                   help="which rows to (re)run: importance sampling and training, SMC, or both")
+    p.add_argument("--particles", type=int, default=1024, help="SMC population")
+    p.add_argument("--resample", type=float, default=0.5, help="SMC: resample when ESS/N falls below")
+    p.add_argument("--refine", default="mala", help="SMC: the refinement move")
+    p.add_argument("--populations", type=int, default=2, help="SMC populations per timed block")
     p.add_argument("--output", type=Path, required=True)
     return p.parse_args()
 
@@ -64,7 +79,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common import ResultFile, log  # noqa: E402
-from mcd_cli import devices  # noqa: E402
+from jax.scipy.special import logsumexp  # noqa: E402
+
+from mcd_cli import annealing, devices, smc  # noqa: E402
 from mcd_cli.annealing import log_weight_chunk  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
@@ -117,13 +134,83 @@ class Cell:
         return np.asarray(self.chunk(self.initial_params, jax.random.key(1), jnp.asarray(0, jnp.uint32)))
 
 
+class SMCCell:
+    """One sharding of an SMC population: its compiled run, timed per population."""
+
+    def __init__(self, sharding, target, sconf, particles):
+        self.params = annealing.init_params(jax.random.key(0), target, sconf)
+        self.run = smc.compiled(target, sconf, particles, True, sharding)
+        self.particles = particles
+        self.calls = 0
+        t0 = time.perf_counter()
+        self.time(1)
+        self.compile_seconds = time.perf_counter() - t0
+
+    def time(self, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            out = self.run(self.params, jax.random.key(2 + self.calls))
+            self.calls += 1
+        jax.block_until_ready(out)
+        return time.perf_counter() - t0
+
+    def first(self) -> tuple[float, list[int]]:
+        """log Ẑ and the resampled steps of the population of key 1."""
+        out = jax.device_get(self.run(self.params, jax.random.key(1)))
+        log_z = float(out.log_z + logsumexp(out.log_w) - np.log(self.particles))
+        return log_z, [i + 1 for i in range(int(out.steps)) if out.trace.resampled[i]]
+
+
+def smc_rows(args, result, target, sconf) -> None:
+    names = ["smc unsharded"] + [f"smc devices={n}" for n in args.devices]
+    cells = {}
+    for name in names:
+        n = None if name == "smc unsharded" else int(name.split("=")[1])
+        sharding = None if n is None else devices.particle_layout(n).particles
+        log(f"{name}: compiling")
+        cells[name] = SMCCell(sharding, target, sconf, devices.round_up(args.particles, n or 1))
+        cells[name].time(args.warmup)
+    seconds = {n: [] for n in names}
+    for r in range(args.repeats):
+        for name in names:
+            seconds[name].append(cells[name].time(args.populations) / (args.populations * cells[name].particles))
+        log(f"SMC repeat {r + 1}/{args.repeats}: " + ", ".join(f"{n} {1 / seconds[n][-1]:.0f}/s" for n in names))
+    reference, resampled = cells["smc unsharded"].first()
+    for name in names:
+        log_z, steps = cells[name].first()
+        result.add(
+            name,
+            {
+                "devices": None if name == "smc unsharded" else int(name.split("=")[1]),
+                "particles": cells[name].particles,
+                "resample": args.resample,
+                "refine": args.refine,
+                "smc_particles_per_second_median": statistics.median(1.0 / s for s in seconds[name]),
+                "smc_particles_per_second_repeats": [1.0 / s for s in seconds[name]],
+                "smc_ratio_to_unsharded_median": statistics.median(
+                    a / b for a, b in zip(seconds[name], seconds["smc unsharded"])
+                ),
+                "smc_compile_seconds": cells[name].compile_seconds,
+                "abs_diff_log_z_vs_unsharded": abs(log_z - reference),
+                "resampled_steps": steps,
+                "same_resampled_steps": steps == resampled,
+            },
+        )
+
+
 def main() -> None:
     args = ARGS
-    settings = {k: v for k, v in vars(args).items() if k != "output"}
+    # `--rows` says which rows this call (re)runs, not how they are computed.
+    settings = {k: v for k, v in vars(args).items() if k not in ("output", "rows")}
     settings["output"] = None
     result = ResultFile(args.output, "scaling", settings)
     target = load_target(args.target, {"dim": str(args.dim)})
     sconf = sampler_config(args.estimator, args.steps, args.hidden)
+    if args.rows in ("all", "smc"):
+        smc_rows(args, result, target, dataclasses.replace(sconf, resample=args.resample, refine=args.refine))
+    if args.rows == "smc":
+        finish(result, args.output)
+        return
     names = ["unsharded"] + [f"devices={n}" for n in args.devices]
     cells = {}
     for name in names:
@@ -164,39 +251,69 @@ def main() -> None:
                 "max_abs_diff_log_weights_vs_unsharded": float(np.max(np.abs(chunk - reference))),
             },
         )
-    result.data["load_average_at_end"] = list(os.getloadavg())
+    finish(result, args.output)
+
+
+def finish(result: ResultFile, output: Path) -> None:
+    """Records the load at the end of this session, saves the file and writes its markdown."""
+    sessions = result.data["sessions"]
+    if "load_average_at_end" in result.data:  # files written before it was kept per session
+        sessions[0].setdefault("load_average_at_end", result.data.pop("load_average_at_end"))
+    sessions[result.session]["load_average_at_end"] = list(os.getloadavg())
     result.save()
-    write_markdown(result.data, args.output.with_suffix(".md"))
+    write_markdown(result.data, output.with_suffix(".md"))
 
 
 def write_markdown(data: dict, path: Path) -> None:
-    session = data["sessions"][-1]
-    m = session["machine"]
     s = data["settings"]
-    lines = [
-        "# Scaling over devices",
-        "",
-        f"`{session['command']}`",
-        "",
-        f"Machine: {m['cpu_model']}, {m['cpu_count']} cores ({m['cpu_affinity']} usable by this run), "
-        f"backend {m['backend']}, {len(m['devices'])} device(s), JAX {m['jax']}; load average "
-        f"{m['load_average_at_start']} at the start and {data.get('load_average_at_end')} at the end "
-        "(the machine is shared with other jobs). Commit "
-        f"{(m['git_commit'] or '')[:10]}{' (dirty)' if m['git_dirty'] else ''}, {m['date']}.",
-        "",
+    lines = ["# Scaling over devices", ""]
+    for i, session in enumerate(data["sessions"]):
+        m = session["machine"]
+        load = lambda v: "?" if v is None else ", ".join(f"{x:.2f}" for x in v)  # noqa: E731
+        lines += [
+            f"Session {i}: `{session['command']}`. {m['cpu_model']}, {m['cpu_count']} cores "
+            f"({m['cpu_affinity']} usable by this run), backend {m['backend']}, {len(m['devices'])} device(s), "
+            f"JAX {m['jax']}; load average {load(m['load_average_at_start'])} at the start and "
+            f"{load(session.get('load_average_at_end'))} at the end (the machine is shared with other jobs). "
+            f"Commit {(m['git_commit'] or '')[:10]}{' (dirty)' if m['git_dirty'] else ''}, {m['date']}.",
+            "",
+        ]
+    lines += [
         f"{s['estimator']} on {s['target']} d = {s['dim']}, K = {s['steps']}, hidden {s['hidden']}; training "
         f"batch {s['batch_size']}, estimation chunks of {s['chunk_size']}; medians of {s['repeats']} "
         "interleaved repeats; ratios are time ratios to the unsharded path, computed within a repeat.",
         "",
-        "| path | training ms/update | time ratio | estimation particles/s | time ratio | max abs Δ log w vs unsharded |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| path | training ms/update | time ratio | estimation particles/s | time ratio | "
+        "max abs Δ log w vs unsharded | session |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, c in data["cells"].items():
+        if name.startswith("smc "):
+            continue
         lines.append(
             f"| {name} | {c['train_ms_per_update_median']:.1f} | {c['train_ratio_to_unsharded_median']:.3f} | "
             f"{c['estimate_particles_per_second_median']:.0f} | {c['estimate_ratio_to_unsharded_median']:.3f} | "
-            f"{c['max_abs_diff_log_weights_vs_unsharded']:.2e} |"
+            f"{c['max_abs_diff_log_weights_vs_unsharded']:.2e} | {c['session']} |"
         )
+    smc_cells = {name: c for name, c in data["cells"].items() if name.startswith("smc ")}
+    if smc_cells:
+        first = next(iter(smc_cells.values()))
+        lines += [
+            "",
+            f"SMC: one population of {first['particles']} particles (the same sampler, untrained), "
+            f"--resample {first['resample']}, --refine {first['refine']}, multinomial resampling, global "
+            f"resampling across devices; medians of {s['repeats']} interleaved repeats of {s['populations']} "
+            "populations each (steady state, compilation left out).",
+            "",
+            "| path | SMC particles/s | time ratio | abs Δ log Ẑ vs unsharded | same resampled steps | session |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for name, c in smc_cells.items():
+            lines.append(
+                f"| {name} | {c['smc_particles_per_second_median']:.0f} | {c['smc_ratio_to_unsharded_median']:.3f} | "
+                f"{c['abs_diff_log_z_vs_unsharded']:.2e} | {'yes' if c['same_resampled_steps'] else 'no'} | "
+                f"{c['session']} |"
+            )
     lines.append("")
     path.write_text("\n".join(lines))
 

@@ -71,13 +71,14 @@ EQUALITY_SCRIPT = textwrap.dedent(
 )
 
 
-# Runs inside a subprocess with four simulated devices; prints one JSON object. `fixed`: one SMC
-# population of 256 particles (ULA/AIS, K = 12, --resample 0.5, --refine mala, multinomial) compiled
-# unsharded and sharded over 2 and 4 devices; `adaptive`: `run.execute` of adaptive tempering with
-# --refine hmc (systematic resampling) on --devices 1, 2, 4; `notes`: the population's rounding.
+# Runs inside a subprocess with four simulated devices; prints one JSON object. For each device
+# count of its argument (e.g. `1,4`): `fixed`, one SMC population of 256 particles (ULA/AIS, K = 12,
+# --resample 0.5, --refine mala, multinomial resampling) compiled unsharded (1) or sharded; and
+# `adaptive`, `run.execute` of adaptive tempering with --refine hmc (systematic resampling) on that
+# many devices. `notes`: the population's rounding. (Each count costs two compilations.)
 SMC_SCRIPT = textwrap.dedent(
     """
-    import dataclasses, json, math
+    import dataclasses, json, math, sys
     import jax, jax.numpy as jnp, numpy as np
     from jax.scipy.special import logsumexp
     from mcd_cli import annealing, devices, run, smc
@@ -88,11 +89,12 @@ SMC_SCRIPT = textwrap.dedent(
     # N(1.5, 0.7² I) in d = 3 seen from π0 = N(0, I): log Z = 3 log(0.7 √(2π)).
     target = Target.create(lambda x: -0.5 * jnp.sum(((x - 1.5) / 0.7) ** 2), dim=3, initial_mean=0.0,
                            initial_scale=1.0, log_z=3 * math.log(0.7 * math.sqrt(2 * math.pi)), name="gauss3")
+    counts = [int(n) for n in sys.argv[1].split(",")]
     out = {"fixed": {}, "adaptive": {}}
     sconf = SamplerConfig(sampler="ula", backward="ais", steps=12, hidden=4, init="target", resample=0.5,
                           refine="mala", init_step_size=0.1)
     params = annealing.init_params(jax.random.key(1), target, sconf)
-    for n in (1, 2, 4):
+    for n in counts:
         sharding = None if n == 1 else devices.particle_layout(n).particles
         lowered = smc.compiled(target, sconf, 256, True, sharding).lower(params, jax.random.key(5))
         compiled = lowered.compile()
@@ -106,7 +108,7 @@ SMC_SCRIPT = textwrap.dedent(
         }
     adaptive = dataclasses.replace(sconf, adaptive=True, refine="hmc", leapfrog=3, resampling="systematic")
     plan = run.RunPlan(target=target, sconf=adaptive, tconf=TrainConfig(iterations=0), num_samples=256, seed=4)
-    for n in (1, 2, 4):
+    for n in counts:
         record = run.execute(dataclasses.replace(plan, devices=n))
         diagnostics = record.smc[0]
         out["adaptive"][n] = {
@@ -117,6 +119,7 @@ SMC_SCRIPT = textwrap.dedent(
     odd = dataclasses.replace(plan, num_samples=404, particles=202, devices=4)
     out["notes"] = run.plan_warnings(odd)
     out["population"] = run.smc_population(odd)
+    out["memory"] = {n: run.memory_needed(dataclasses.replace(plan, devices=n))["estimation"] for n in (1, 4)}
     print(json.dumps(out))
     """
 )
@@ -180,7 +183,7 @@ def test_same_parameters_after_20_updates_on_1_2_4_devices(tmp_path):
 
 @pytest.fixture(scope="module")
 def smc_runs(tmp_path_factory):
-    return run_script("smc", tmp_path_factory.mktemp("jax-cache-smc"), SMC_SCRIPT)
+    return run_script("1,4", tmp_path_factory.mktemp("jax-cache-smc"), SMC_SCRIPT)
 
 
 # Sharding changes only the order of the float32 sums that cross devices (the preconditioner's
@@ -190,23 +193,21 @@ def smc_runs(tmp_path_factory):
 LOG_Z_ATOL = 1e-4
 
 
-def test_smc_same_log_z_and_resampling_on_1_2_4_devices(smc_runs):
-    fixed = smc_runs["fixed"]
-    one = fixed["1"]
-    assert one["gathers"] == 0 and fixed["2"]["gathers"] > 0 and fixed["4"]["gathers"] > 0  # really split
+def check_fixed_smc(fixed: dict) -> None:
+    one = fixed.pop("1")
+    assert one["gathers"] == 0 and all(other["gathers"] > 0 for other in fixed.values())  # really split
     assert 0 < len(one["resampled"]) < 11 and len(set(one["eve"])) < 256  # it resampled, and refined:
     assert sum(a == a for a in one["acceptance"]) == len(one["resampled"])
-    for n in ("2", "4"):
-        assert fixed[n]["resampled"] == one["resampled"]
-        assert fixed[n]["eve"] == one["eve"]  # the same ancestors: resampling is global
-        assert fixed[n]["log_z"] == pytest.approx(one["log_z"], rel=1e-5, abs=LOG_Z_ATOL)
+    for other in fixed.values():
+        assert other["resampled"] == one["resampled"]
+        assert other["eve"] == one["eve"]  # the same ancestors: resampling is global
+        assert other["log_z"] == pytest.approx(one["log_z"], rel=1e-5, abs=LOG_Z_ATOL)
 
 
-def test_adaptive_smc_through_the_run_layer_on_1_2_4_devices(smc_runs):
-    adaptive = smc_runs["adaptive"]
+def check_adaptive_smc(adaptive: dict) -> None:
     one = adaptive["1"]
     assert one["steps"][0] > 1 and one["resampled"] and one["beta"][-1] == 1.0
-    for n in ("1", "2", "4"):
+    for n in adaptive:
         assert adaptive[n]["devices"] == int(n)  # the record says how many were used
         assert adaptive[n]["particles"] == 256 and adaptive[n]["notes"] == []  # nothing rounded
         assert adaptive[n]["steps"] == one["steps"] and adaptive[n]["resampled"] == one["resampled"]
@@ -214,11 +215,33 @@ def test_adaptive_smc_through_the_run_layer_on_1_2_4_devices(smc_runs):
         assert adaptive[n]["log_z"] == pytest.approx(one["log_z"], rel=1e-5, abs=LOG_Z_ATOL)
 
 
+def test_smc_same_log_z_and_resampling_on_1_and_4_devices(smc_runs):
+    check_fixed_smc(dict(smc_runs["fixed"]))
+
+
+def test_adaptive_smc_through_the_run_layer_on_1_and_4_devices(smc_runs):
+    check_adaptive_smc(smc_runs["adaptive"])
+
+
+@pytest.mark.slow
+def test_smc_same_log_z_and_resampling_on_2_devices(tmp_path):
+    runs = run_script("1,2", tmp_path, SMC_SCRIPT)
+    check_fixed_smc(runs["fixed"])
+    check_adaptive_smc(runs["adaptive"])
+
+
 def test_smc_population_rounded_to_a_multiple_of_the_devices_with_a_message(smc_runs):
     assert smc_runs["population"] == 204
     (note,) = smc_runs["notes"]
     assert "SMC populations rounded up to 204 particles, a multiple of the 4 devices" in note
     assert "give --particles a multiple of 4" in note
+
+
+def test_smc_memory_estimate_counts_each_devices_share_and_the_resampling_gather(smc_runs):
+    one, four = smc_runs["memory"]["1"], smc_runs["memory"]["4"]
+    # A quarter of the population's working set per device, plus its states (x, log γ, ∇log γ:
+    # 2d + 1 float32 numbers a particle) gathered at each resampling.
+    assert four == pytest.approx(one / 4 + 256 * (2 * 3 + 1) * 4)
 
 
 def test_parse_count():

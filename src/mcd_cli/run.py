@@ -229,8 +229,8 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
     count = devices.particle_layout(plan.devices).count
     training /= count
     estimation /= count
-    if s.smc and count > 1:
-        estimation += float(chunk) * state * itemsize
+    if s.smc and count > 1:  # the kernel's state and the cached log γ, ∇log γ of every particle
+        estimation += float(chunk) * (state + target.dim + 1) * itemsize
     return {
         "training": training,
         "estimation": estimation,

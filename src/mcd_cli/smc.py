@@ -202,11 +202,16 @@ def resample_population(
     same key, and the ancestors' states are gathered back into the sharded layout.
     """
     n = pop.log_w.shape[0]
-    idx = on_every_device(lambda k, log_w: resampler(k, normalised(log_w), n), sharding)(key, pop.log_w)
+
+    def draw(key, log_w):
+        log_mean = logsumexp(jnp.where(jnp.isnan(log_w), -jnp.inf, log_w)) - math.log(n)
+        return resampler(key, normalised(log_w), n), log_mean
+
+    idx, log_mean = on_every_device(draw, sharding)(key, pop.log_w)
     return pop._replace(
         states=shard(_take(pop.states, idx), sharding),
         log_w=jnp.zeros_like(pop.log_w),
-        log_z=pop.log_z + logsumexp(jnp.where(jnp.isnan(pop.log_w), -jnp.inf, pop.log_w)) - math.log(n),
+        log_z=pop.log_z + log_mean,
         eve=pop.eve[idx],
         resamplings=pop.resamplings + 1,
     )
@@ -351,14 +356,18 @@ def _run_fixed(key, params, target, config, num, adapt, sharding) -> SMCOutput:
         pop = pop._replace(states=shard(states, sharding), log_w=pop.log_w + replicate(increment, sharding))
         ess = on_every_device(ess_fraction, sharding)(pop.log_w)
         do_resample = (ess < config.resample) & (k < steps)
-        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler, sharding), lambda p: p, pop)
+        pop = jax.lax.cond(
+            do_resample, lambda p: resample_population(p, k_resample, resampler, sharding), lambda p: p, pop
+        )
         if refine_kernel is None:
             pop, acceptance, used = _no_refine(pop)
         else:
             do_refine = (do_resample if config.refine_every == "resample" else jnp.asarray(True)) & (k < steps)
             pop, acceptance, used = jax.lax.cond(
                 do_refine,
-                lambda p: refine_population(p, k_refine, beta, refine_kernel, path, evaluate, config, adapt, sharding),
+                lambda p: refine_population(
+                    p, k_refine, beta, refine_kernel, path, evaluate, config, adapt, sharding
+                ),
                 _no_refine,
                 pop,
             )
@@ -409,10 +418,14 @@ def _run_adaptive(key, params, target, config, num, adapt, sharding) -> SMCOutpu
         ess = on_every_device(ess_fraction, sharding)(pop.log_w)
         last = beta_new >= 1.0
         do_resample = (ess < config.resample + ESS_ROUNDING) & ~last
-        pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler, sharding), lambda p: p, pop)
+        pop = jax.lax.cond(
+            do_resample, lambda p: resample_population(p, k_resample, resampler, sharding), lambda p: p, pop
+        )
         pop, acceptance, used = jax.lax.cond(
             ~last,
-            lambda p: refine_population(p, k_refine, beta_new, refine_kernel, path, evaluate, config, adapt, sharding),
+            lambda p: refine_population(
+                p, k_refine, beta_new, refine_kernel, path, evaluate, config, adapt, sharding
+            ),
             _no_refine,
             pop,
         )
