@@ -186,10 +186,12 @@ def smc_runs(tmp_path_factory):
     return run_script("1,4", tmp_path_factory.mktemp("jax-cache-smc"), SMC_SCRIPT)
 
 
-# Sharding changes only the order of the float32 sums that cross devices (the preconditioner's
-# weighted moments, the mean acceptance), a relative 1e-7 on the weights; carried through K = 12
-# steps to a log Ẑ near 1.5 that stays below 1e-5, hence abs 1e-4. One different ancestor (or
-# per-device islands) moves log Ẑ by its Monte Carlo error, over 1e-2 here, and changes `eve`.
+# Sharding changes only float32 rounding (the order of the sums that cross devices, the vectorisation
+# of a smaller batch), a relative 1e-7 on the weights; carried through K = 12 steps to a log Ẑ near
+# 1.5 that stays below 1e-5, hence abs 1e-4. One different ancestor (or per-device islands) moves log
+# Ẑ by its Monte Carlo error, over 1e-2 here, and changes `eve`. (Rounding can also flip a Metropolis
+# decision whose uniform falls within 1e-7 of its acceptance probability: with the ~800 decisions
+# here, about a 1e-4 chance; these seeds have none, and the test is deterministic.)
 LOG_Z_ATOL = 1e-4
 
 
@@ -295,12 +297,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_processes_give_the_one_process_estimate(tmp_path, compile_cache):
-    """Two processes with two simulated devices each (a mesh of 4 over two processes) talk through a
-    coordinator on 127.0.0.1; their estimate is the one-process, one-device estimate."""
+def one_and_two_processes(run_args: list, tmp_path, compile_cache) -> tuple[dict, dict]:
+    """The record of `mcd estimate RUN_ARGS` in one process, and of two processes with two simulated
+    devices each (a mesh of 4 over two processes) talking through a coordinator on 127.0.0.1."""
     single = subprocess.run(
-        [sys.executable, "-m", "mcd_cli", "estimate", *TINY_RUN], env=subprocess_env(compile_cache),
+        [sys.executable, "-m", "mcd_cli", "estimate", *run_args], env=subprocess_env(compile_cache),
         capture_output=True, text=True, timeout=600,
     )
     assert single.returncode == 0, single.stderr
@@ -309,7 +310,7 @@ def test_two_processes_give_the_one_process_estimate(tmp_path, compile_cache):
     output = tmp_path / "results.jsonl"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "mcd_cli", "estimate", *TINY_RUN, "--output", str(output), "--distributed",
+            [sys.executable, "-m", "mcd_cli", "estimate", *run_args, "--output", str(output), "--distributed",
              "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
             env=simulated_devices_env(compile_cache, 2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
@@ -322,5 +323,22 @@ def test_two_processes_give_the_one_process_estimate(tmp_path, compile_cache):
     assert len(output.read_text().splitlines()) == 1
     assert first["devices"] == 4 and first["processes"] == 2
     assert alone["devices"] == 1 and alone["processes"] == 1
+    return alone, first
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_estimate(tmp_path, compile_cache):
+    alone, first = one_and_two_processes(TINY_RUN, tmp_path, compile_cache)
     assert abs(first["log_z"] - alone["log_z"]) < 1e-4, (first["log_z"], alone["log_z"])
     assert first["batch_size"] == alone["batch_size"] == 8
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_smc_estimate(tmp_path, compile_cache):
+    """A population of 256 split over the 4 devices of two processes, resampled globally."""
+    smc_run = ["gmm8", "--param", "dim=2", "--steps", "8", "--backward", "ais", "--iterations", "0", "--samples",
+               "256", "--resample", "0.5", "--refine", "mala", "--seed", "3", "--json", "-q"]
+    alone, first = one_and_two_processes(smc_run, tmp_path, compile_cache)
+    assert alone["smc"]["resampled_steps"] and first["smc"]["resampled_steps"] == alone["smc"]["resampled_steps"]
+    assert first["smc"]["particles"] == 256
+    assert abs(first["log_z"] - alone["log_z"]) < LOG_Z_ATOL, (first["log_z"], alone["log_z"])

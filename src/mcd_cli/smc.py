@@ -33,7 +33,10 @@ bisection on β′, the ancestors drawn from the run's key, the log Ẑ incremen
 whole population by every device alike, and the selected ancestors are gathered back into the
 sharded layout (global resampling, docs/cluster.md). The preconditioner's weighted moments and the
 acceptance rate are global means that XLA reduces across devices. The run is therefore the
-single-device one, up to the order of those float sums.
+single-device one up to float rounding: the order of those sums, and the per-particle arithmetic
+(XLA may vectorise a batch of N/n particles differently from one of N). Rounding can, rarely, flip
+one Metropolis decision (or a resampling boundary); that particle then moves elsewhere and log Ẑ
+changes by that particle's share, O(1/N), well inside its Monte Carlo error.
 
 Example:
     >>> import jax, jax.numpy as jnp
