@@ -454,11 +454,10 @@ def rounding_notes(plan: RunPlan) -> list[str]:
     s = plan.sconf
     if s.smc and smc_population(plan) != plan.population:
         population = smc_population(plan)
-        asked = "--particles" if plan.particles is not None else "--samples"
         notes.append(
             f"SMC populations rounded up to {population} particles, a multiple of the {count} devices the "
             f"particles are sharded over (the estimate then differs from a {plan.population}-particle one); "
-            f"give {asked} a multiple of {count} to keep it"
+            f"give --particles a multiple of {count} (and --samples a multiple of it) to keep it"
         )
     if s.adaptive:  # no training, and no importance-sampling chunks
         return notes
