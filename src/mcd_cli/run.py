@@ -735,12 +735,43 @@ def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callba
     key's own particles) is computed too, as `log_z_is`: what resampling and refinement bought.
     """
     s = plan.sconf
-    population = plan.population
-    runs = plan.num_samples // population
-    compiled = smc.compiled(target, s, population)
+    compiled = smc.compiled(target, s, plan.population)
+
+    def importance() -> np.ndarray:
+        return annealing.sample_log_weights(key, params, target, s, plan.num_samples, plan.chunk_size)
+
+    return estimate_populations(
+        s, plan.population, plan.num_samples, lambda j: compiled(params, jax.random.fold_in(key, j)),
+        None if s.adaptive else importance, callback,
+    )
+
+
+def estimate_populations(
+    s: SamplerConfig,
+    population: int,
+    num_samples: int,
+    run_population: Callable[[int], Any],
+    importance: Optional[Callable[[], np.ndarray]],
+    callback: Callable[[int, int], None],
+) -> tuple[Any, dict]:
+    """`num_samples / population` SMC runs merged into one estimate, and their diagnostics.
+
+    Args:
+        s: the sampler (its SMC fields).
+        population: particles per run.
+        num_samples: particles in all (a multiple of `population`).
+        run_population: `j -> SMCOutput` of run j (its own key).
+        importance: `() -> log weights` of the same kernels by importance sampling (`log_z_is`), or
+            None (adaptive tempering has no kernels of its own).
+        callback: `(done, total)` after each run.
+
+    Raises:
+        RunFailed: every weight vanished, or adaptive tempering did not reach β = 1.
+    """
+    runs = num_samples // population
     estimates, outputs = [], []
     for j in range(runs):
-        out = jax.device_get(compiled(params, jax.random.fold_in(key, j)))
+        out = jax.device_get(run_population(j))
         estimates.append(
             smc_estimate(
                 float(out.log_z), out.log_w, out.eve, int(out.resamplings),
@@ -748,7 +779,7 @@ def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callba
             )
         )
         outputs.append(out)
-        callback((j + 1) * population, plan.num_samples)
+        callback((j + 1) * population, num_samples)
     merged = merge_runs(estimates)
     if not math.isfinite(merged.log_z):
         raise RunFailed(
@@ -790,9 +821,9 @@ def estimate_smc(plan: RunPlan, target: Any, params: Any, key: jax.Array, callba
         "log_z_is_stderr": None,
         "log_z_is_status": None,
     }
-    if not s.adaptive:
+    if importance is not None:
         try:
-            log_w = annealing.sample_log_weights(key, params, target, s, plan.num_samples, plan.chunk_size)
+            log_w = importance()
             plain = summarize(log_w)
             diagnostics.update(
                 log_z_is=plain.log_z, log_z_is_stderr=plain.log_z_stderr, log_z_is_status=plain.status.value

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -244,6 +244,7 @@ def run(
     config: SamplerConfig,
     num: int,
     adapt: bool = True,
+    context: Optional[jax.Array] = None,
 ) -> SMCOutput:
     """One SMC run of `num` particles on the configured schedule (fixed, or adaptive).
 
@@ -256,13 +257,15 @@ def run(
         num: particles N.
         adapt: adapt the refinement's step size and preconditioner from the particles (off: the
             kernels are fixed, and Ẑ is exactly unbiased on a fixed schedule).
+        context: a datum's features for an amortised score network (`amortised`), handed to the
+            backward kernel with every transition; None for an unconditional sampler.
     """
     if config.adaptive:
         return _run_adaptive(key, params, target, config, num, adapt)
-    return _run_fixed(key, params, target, config, num, adapt)
+    return _run_fixed(key, params, target, config, num, adapt, context)
 
 
-def _run_fixed(key, params, target, config, num, adapt) -> SMCOutput:
+def _run_fixed(key, params, target, config, num, adapt, context=None) -> SMCOutput:
     est = registry.estimator(config.sampler, config.backward)
     forward, backward = est.forward, est.backward
     refine_kernel = registry.refine(config.refine) if config.refine != "none" else None
@@ -297,6 +300,8 @@ def _run_fixed(key, params, target, config, num, adapt) -> SMCOutput:
         states, log_forward, transition = jax.vmap(
             lambda kk, s: forward.step(kk, s, Step(k, beta, delta), path, resolved, evaluate)
         )(move_keys, pop.states)
+        if context is not None:
+            transition = transition._replace(context=jnp.broadcast_to(context, (num,) + context.shape))
         log_backward = jax.vmap(lambda t: backward.log_density(params.backward, t))(transition)
         increment = log_gamma(beta, states) - log_gamma(beta_prev, pop.states) + log_backward - log_forward
         pop = pop._replace(states=states, log_w=pop.log_w + increment)
