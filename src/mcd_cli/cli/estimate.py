@@ -304,13 +304,16 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
             file=sys.stderr,
         )
     if values["dry_run"]:
-        steps = "adaptive K" if sconf.adaptive else f"K={sconf.steps}"
-        iterations = 0 if sconf.adaptive else tconf.iterations
+        if sconf.adaptive:
+            fitting = "adaptive tempering, no training"
+        else:
+            fitting = (
+                f"K={sconf.steps}, {'amortised' if amortise else 'a separate run per datum'}, "
+                f"{tconf.iterations} iterations × batch {tconf.batch_size}"
+            )
         print(
-            f"ok: {sconf.label} {steps} on {target.name} (d = {target.dim}), {target.num_data} data, "
-            f"{'amortised' if amortise else 'a separate run per datum'}, {iterations} iterations × batch "
-            f"{tconf.batch_size}, {plan.num_samples} samples per datum"
-            + (f" in populations of {plan.population}" if sconf.smc else "")
+            f"ok: {sconf.label} on {target.name} (d = {target.dim}), {target.num_data} data, {fitting}, "
+            f"{plan.num_samples} samples per datum" + (f" in populations of {plan.population}" if sconf.smc else "")
         )
         return
 
