@@ -111,9 +111,16 @@ def test_score_network_context_changes_only_the_conditioned_output():
     assert not np.allclose(score.apply(cond, 1, z, jnp.zeros(3)), score.apply(cond, 1, z, jnp.ones(3)))
 
 
-def test_estimation_memory_does_not_grow_with_the_number_of_data():
-    """Host allocations peak at one datum's weights, whether there are 5 data or 50."""
-    sconf = SamplerConfig(sampler="ula", backward="ais", steps=2)
+@pytest.mark.parametrize(
+    "sconf",
+    [
+        SamplerConfig(sampler="ula", backward="ais", steps=2),
+        pytest.param(SamplerConfig(sampler="ula", backward="ais", steps=2, resample=0.5, refine="mala"), marks=pytest.mark.slow),
+    ],
+    ids=["importance-sampling", "smc"],
+)
+def test_estimation_memory_does_not_grow_with_the_number_of_data(sconf):
+    """Host allocations peak at one datum's weights (or SMC population), whether there are 5 data or 50."""
     peaks, target = [], linear_gaussian(50)
     perdatum.execute(  # compile outside the measurement; a selection of the data reuses it
         perdatum.PerDatumPlan(target.select(0, 1), sconf, TrainConfig(iterations=0), amortise=False, num_samples=4096),
