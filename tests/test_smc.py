@@ -238,3 +238,34 @@ def test_configuration_errors_are_one_line_messages():
         SamplerConfig(resample=1.5)
     assert SamplerConfig(backward="ais", adaptive=True, refine="hmc").label == "SMC-HMC"
     assert SamplerConfig(backward="mcd", resample=0.5).label == "ULA-MCD+SMC"
+
+
+def _collapsed(log_z: float) -> stats.Estimate:
+    """An SMC run whose genealogy collapsed (every final particle descends from particle 0)."""
+    return stats.smc_estimate(log_z, np.zeros(256), np.zeros(256, np.int64), 30)
+
+
+def test_collapsed_genealogies_take_the_standard_error_from_the_populations_spread():
+    log_z = np.log([0.8, 1.1, 0.9, 1.3, 1.0, 0.7, 1.2, 1.0])
+    runs = [_collapsed(v) for v in log_z]
+    assert all(r.log_z_stderr is None and r.status.value == "unreliable" for r in runs)
+    merged = stats.merge_runs(runs)
+    z = np.exp(log_z)
+    assert merged.log_z == pytest.approx(math.log(z.mean()), abs=1e-12)
+    assert merged.log_z_stderr == pytest.approx(np.std(z / z.mean(), ddof=1) / math.sqrt(8), rel=1e-12)
+    assert merged.log_z_stderr_method == "replicates" and merged.status.value == "ok"
+    # Fewer populations than MIN_POPULATIONS: no standard error at all.
+    few = stats.merge_runs(runs[: stats.MIN_POPULATIONS - 1])
+    assert few.log_z_stderr is None and few.log_z_stderr_method == "none" and few.status.value == "unreliable"
+
+
+def test_a_spread_beyond_the_genealogy_error_replaces_it_with_a_warning():
+    # Valid genealogies claiming almost no error (no resampling, equal weights), populations apart.
+    runs = [stats.smc_estimate(v, np.zeros(256), np.arange(256), 0) for v in np.log([0.5, 1.5, 0.6, 1.4])]
+    assert all(r.log_z_stderr_method == "smc-genealogy" for r in runs)
+    merged = stats.merge_runs(runs)
+    assert merged.log_z_stderr_method == "replicates" and merged.status.value == "warn"
+    assert merged.log_z_stderr == pytest.approx(stats.population_spread(np.log([0.5, 1.5, 0.6, 1.4]))[0])
+    # One population carrying all of Ẑ: no meaningful log-scale error.
+    wild = stats.merge_runs([_collapsed(v) for v in (0.0, 0.0, 0.0, 12.0)])
+    assert wild.log_z_stderr is None and wild.status.value == "unreliable"

@@ -16,6 +16,11 @@ STOP_RULES = ("plateau", "fixed")
 # Multinomial first, the default: the single-run (genealogy) standard error is only valid with it.
 RESAMPLING = ("multinomial", "systematic", "stratified")
 REFINE_EVERY = ("resample", "step")
+# With `--schedule adaptive` the refinement moves are the only mixing. One HMC move per step leaves
+# the population too narrow in high dimension (each reweighting selects the particles nearest the
+# mode and one move restores about half of the spread): gmm8 at d = 200 came out 25-35 nats high.
+# Five moves keep the spread within 1 % (docs/method.md, "Adaptive tempering").
+ADAPTIVE_REFINE_STEPS = 5
 # Settings of the estimation only (SMC): a sampler trained or saved without them may be estimated
 # with them (`--load`, `--resume`).
 ESTIMATION_FIELDS = (

@@ -65,6 +65,12 @@ class NoProgress:
         return lambda done, total: None
 
 
+# SMC's particles run by default as this many independent populations: their spread is a standard
+# error that survives the collapse of each population's genealogy (stats.merge_runs).
+DEFAULT_POPULATIONS = 8
+MIN_DEFAULT_POPULATION = 128
+
+
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """Everything one `mcd estimate` run (or one `mcd compare` cell) does."""
@@ -95,8 +101,13 @@ class RunPlan:
 
     @property
     def population(self) -> int:
-        """SMC particles per population: `particles`, or all `num_samples` in one population."""
-        return self.num_samples if self.particles is None else min(self.particles, self.num_samples)
+        """SMC particles per population: `particles`; by default `num_samples / DEFAULT_POPULATIONS`
+        when that divides evenly into populations of at least `MIN_DEFAULT_POPULATION`, else all
+        `num_samples` in one population."""
+        if self.particles is not None:
+            return min(self.particles, self.num_samples)
+        share, rest = divmod(self.num_samples, DEFAULT_POPULATIONS)
+        return share if rest == 0 and share >= MIN_DEFAULT_POPULATION else self.num_samples
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"

@@ -148,6 +148,9 @@ class Estimate:
             are all equal, i.e. there is no tail; see `pareto_k`).
         seconds: time taken to produce the weights.
         status, reasons: the verdict (`verdict`).
+        weights_status: an SMC run's verdict of its final weights alone (before the genealogy is
+            judged), which `merge_runs` needs when the populations' spread replaces a collapsed
+            genealogy; None for importance sampling.
     """
 
     log_z: float
@@ -163,6 +166,7 @@ class Estimate:
     seconds: float = 0.0
     status: Status = Status.OK
     reasons: tuple[str, ...] = ()
+    weights_status: Optional[Status] = None
 
     @property
     def trustworthy(self) -> bool:
@@ -627,39 +631,98 @@ def smc_estimate(
         elbo=float(log_z_resampled) + final.elbo,
         status=status,
         reasons=tuple(reasons),
+        weights_status=final.status,
     )
+
+
+# Independent SMC populations are replicates of the estimator: from this many on, the spread of
+# their Ẑ is a standard error (the genealogy one collapses in long runs, and is biased low near
+# collapse: measured at d = 200 in docs/method.md).
+MIN_POPULATIONS = 4
+# A relative standard error of Ẑ above this makes the delta method's log-scale SE meaningless. The
+# spread of J populations reaches 1 when one of them carries all of Ẑ, and 0.65 when two of eight
+# share it: above 0.5, too few populations carry the estimate.
+MAX_RELATIVE_STDERR = 0.5
+
+
+def population_spread(log_z: np.ndarray) -> tuple[float, float]:
+    """The standard error of `log mean_j Ẑ_j` from the spread of J independent runs' Ẑ_j, and its
+    own uncertainty: `se = sd_j(Ẑ_j / Ẑ̄) / √J` (delta method), `u = se / √(2 (J − 1))`.
+
+    Example:
+        >>> se, u = population_spread(np.log([1.0, 1.0, 1.0, 1.0]))
+        >>> se, u
+        (0.0, 0.0)
+    """
+    log_z = np.asarray(log_z, np.float64)
+    j = log_z.size
+    rel = np.exp(log_z - np.max(log_z))
+    rel = rel / rel.mean()
+    se = float(np.std(rel, ddof=1) / math.sqrt(j))
+    return se, se / math.sqrt(2.0 * (j - 1))
 
 
 def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
     """J independent SMC runs (populations) of one log Z merged into one estimate.
 
-    `Ẑ = mean_j Ẑ_j` (still unbiased), so `log Ẑ = logsumexp(log Ẑ_j) − log J`; the relative
-    variance of the mean is `Σ_j Ẑ_j² v_j / (Σ_j Ẑ_j)²` with `v_j` each run's genealogy relative
-    variance. The verdict is the worst run's; ESS, N and the non-finite counts add up, k̂ is the
-    worst, the ELBO the mean.
+    `Ẑ = mean_j Ẑ_j` (still unbiased), so `log Ẑ = logsumexp(log Ẑ_j) − log J`. Two standard
+    errors: the genealogy one, `sqrt(Σ_j Ẑ_j² v_j) / Σ_j Ẑ_j` with `v_j` each run's genealogy
+    relative variance, and, from `MIN_POPULATIONS` runs on, the spread of the Ẑ_j
+    (`population_spread`). The headline is the genealogy SE when every run has one and the two
+    agree (|Δ| ≤ 2√(u₁² + u₂²)); when they disagree, the larger, with a warning; when a genealogy
+    collapsed, the spread (method `"replicates"`), the verdict then coming from the runs' final
+    weights. The verdict is otherwise the worst run's; ESS, N and the non-finite counts add up,
+    k̂ is the worst, the ELBO the mean.
     """
     estimates = tuple(estimates)
     if len(estimates) == 1:
         return estimates[0]
+    j = len(estimates)
     log_z = np.array([e.log_z for e in estimates])
     top = float(np.max(log_z))
     z = np.exp(log_z - top)
     se = np.array([e.delta_stderr for e in estimates])
-    merged = math.sqrt(float(np.sum(z * z * se * se))) / float(np.sum(z))
+    genealogy = math.sqrt(float(np.sum(z * z * se * se))) / float(np.sum(z))
     lineage_u = [e.delta_stderr_uncertainty / e.delta_stderr for e in estimates if e.delta_stderr > 0]
+    genealogy_u = genealogy * (max(lineage_u) if lineage_u else 0.0) / math.sqrt(j)
+    reasons = [f"population {i + 1}: {r}" for i, e in enumerate(estimates) for r in e.reasons]
     status = worst([e.status for e in estimates])
-    valid = (
+    genealogy_valid = (
         status is not Status.UNRELIABLE
-        and math.isfinite(merged)
+        and math.isfinite(genealogy)
         and all(e.log_z_stderr is not None for e in estimates)
     )
-    reasons = tuple(f"population {j + 1}: {r}" for j, e in enumerate(estimates) for r in e.reasons)
+    headline, method, uncertainty = (genealogy, "smc-genealogy", genealogy_u) if genealogy_valid else (None, "none", math.nan)
+    finite = bool(np.all(np.isfinite(log_z)))
+    if j >= MIN_POPULATIONS and finite:
+        spread, spread_u = population_spread(log_z)
+        if genealogy_valid:
+            if abs(spread - genealogy) > STDERR_DISAGREE_Z * math.hypot(spread_u, genealogy_u) and spread > genealogy:
+                headline, method, uncertainty = spread, "replicates", spread_u
+                reasons.append(
+                    f"the genealogy standard error ({genealogy:.3g}) is smaller than the spread of the {j} "
+                    f"populations ({spread:.3g}) beyond their uncertainties; the spread is reported"
+                )
+                status = worst([status, Status.WARN])
+        elif all(e.weights_status is not None and e.weights_status is not Status.UNRELIABLE for e in estimates):
+            headline, method, uncertainty = spread, "replicates", spread_u
+            status = worst([e.weights_status for e in estimates])
+            # The spread holds for any resampling scheme: drop the note that asks for multinomial.
+            reasons = [f"population {i + 1}: {r}" for i, e in enumerate(estimates) for r in e.reasons
+                       if "--resampling multinomial" not in r]
+            reasons.append(f"standard error from the spread of the {j} independent populations")
+    if headline is not None and headline > MAX_RELATIVE_STDERR:
+        reasons.append(
+            f"the populations' Ẑ scatter by {headline:.3g} of their mean: log Ẑ has no meaningful "
+            "standard error; use more particles per population or more refinement moves"
+        )
+        status, headline, method = Status.UNRELIABLE, None, "none"
     return Estimate(
-        log_z=top + math.log(float(np.sum(z)) / len(estimates)),
-        log_z_stderr=merged if valid else None,
-        log_z_stderr_method="smc-genealogy" if valid else "none",
-        delta_stderr=merged,
-        delta_stderr_uncertainty=merged * (max(lineage_u) if lineage_u else 0.0) / math.sqrt(len(estimates)),
+        log_z=top + math.log(float(np.sum(z)) / j),
+        log_z_stderr=headline,
+        log_z_stderr_method=method,
+        delta_stderr=genealogy,
+        delta_stderr_uncertainty=uncertainty if headline is not None else genealogy_u,
         elbo=float(np.mean([e.elbo for e in estimates])),
         ess=float(sum(e.ess for e in estimates)),
         num_samples=int(sum(e.num_samples for e in estimates)),
@@ -667,7 +730,8 @@ def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
         num_nonfinite=int(sum(e.num_nonfinite for e in estimates)),
         seconds=float(sum(e.seconds for e in estimates)),
         status=status,
-        reasons=reasons,
+        reasons=tuple(reasons),
+        weights_status=worst([e.weights_status for e in estimates if e.weights_status is not None]),
     )
 
 

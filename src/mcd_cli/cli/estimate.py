@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from mcd_cli import perdatum, report, run
+from mcd_cli.config import ADAPTIVE_REFINE_STEPS
 from mcd_cli.errors import Unreliable, UsageError
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli import output as out
@@ -226,6 +227,8 @@ def _schedule(values: dict) -> None:
             "by --max-steps); drop --steps"
         )
     values["adaptive"] = True
+    if values.get("refine_steps") is None:
+        values["refine_steps"] = ADAPTIVE_REFINE_STEPS
 
 
 def _plan(values: dict, loaded: settings.LoadedTarget) -> run.RunPlan:

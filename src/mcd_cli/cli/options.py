@@ -13,7 +13,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mcd_cli.config import INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig
+from mcd_cli.config import (
+    ADAPTIVE_REFINE_STEPS, INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
+)
 from mcd_cli.kernels import registry
 from mcd_cli.run import DEFAULT_SAMPLES
 
@@ -168,7 +170,8 @@ RefineOpt = Annotated[
 RefineStepsOpt = Annotated[
     Optional[int],
     typer.Option(
-        "--refine-steps", help=f"Moves per refinement. (default: {_S.refine_steps})",
+        "--refine-steps",
+        help=f"Moves per refinement. (default: {_S.refine_steps}; {ADAPTIVE_REFINE_STEPS} with --schedule adaptive)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
@@ -209,7 +212,8 @@ ParticlesOpt = Annotated[
     typer.Option(
         "--particles",
         help="SMC population size: --samples particles run as independent populations of this size, "
-        "merged by averaging Ẑ (bounds memory). (default: --samples, one population)",
+        "merged by averaging Ẑ (bounds memory; 4 or more give a standard error from their spread). "
+        "(default: --samples / 8)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
