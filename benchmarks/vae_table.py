@@ -7,8 +7,8 @@ Every estimator sees the same held-out images of the one VAE trained by `targets
   (step sizes, UHA's damping and mass and, for MCD, the score network conditioned on the encoder's
   outputs), trained `--iterations` updates by the ELBO on batches of images × particles, then
   `--samples` importance samples per image. The initial distribution is the encoder.
-* SMC-HMC: adaptive tempered SMC from the encoder with HMC moves (`--smc-refine-adaptive`), no
-  training: `--samples` particles per image in one population, resampled (multinomial) when ESS/N
+* SMC-HMC: adaptive tempered SMC from the encoder with `--smc-refine-steps` HMC moves per step
+  (`--smc-refine-adaptive`), no training: `--samples` particles per image in one population, resampled (multinomial) when ESS/N
   falls below `--smc-resample`, each β chosen so that the conditional ESS/N is `--smc-target-ess`;
 * ULA-MCD+SMC at each K: the amortised ULA-MCD sampler trained exactly as its row above (same
   seed and settings, so the same parameters), run inside SMC on its fixed schedule: the same
@@ -21,8 +21,8 @@ All are stochastic lower bounds of log p(x) in expectation, so a higher mean is 
 gives the mean over the images with its Monte Carlo standard error, the mean paired difference to
 IWAE (the same images, so the spread over images cancels), the mean per-image ELBO, the verdict
 counts and the wall times. Results: `benchmarks/results/vae_table.json` and `.md`; a rerun skips
-the cells already there (`--estimators` picks the rows; the SMC settings are recorded apart, as
-`smc_settings`, and a change of them recomputes only the SMC rows).
+the cells already there (`--estimators` picks the rows; each SMC row records its sampler settings,
+and a change of them recomputes only that row).
 
     taskset -c 1 nice -n 10 python benchmarks/vae_table.py
 """
@@ -30,6 +30,7 @@ the cells already there (`--estimators` picks the rows; the SMC settings are rec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -45,14 +46,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, REPO, command_line, log, machine, write_json  # noqa: E402
 
 from mcd_cli import perdatum  # noqa: E402
-from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.config import ADAPTIVE_REFINE_STEPS, SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.stats import summarize  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from mcd_cli.targets.conditional import datum_target  # noqa: E402
 
 ESTIMATORS = (("ula", "ais"), ("uha", "ais"), ("ula", "mcd"), ("uha", "mcd"))
 # Arguments that choose what runs, or how SMC runs: not part of the settings that make cells comparable.
-NOT_SETTINGS = ("out", "render", "estimators", "smc_resample", "smc_target_ess", "smc_refine_adaptive", "smc_refine_fixed")
+NOT_SETTINGS = (
+    "out", "render", "estimators", "smc_resample", "smc_target_ess", "smc_refine_adaptive", "smc_refine_steps",
+    "smc_refine_fixed",
+)
 LABELS = {("ula", "ais"): "ULA", ("uha", "ais"): "UHA", ("ula", "mcd"): "ULA-MCD", ("uha", "mcd"): "UHA-MCD"}
 PAPER_KEYS = {"ULA": "ula", "UHA": "uha", "ULA-MCD": "ula-mcd", "UHA-MCD": "uha-mcd"}
 
@@ -150,8 +154,9 @@ def render(result: dict) -> str:
             "",
             f"SMC rows: {s['samples']} particles per image in one population, multinomial resampling when ESS/N < "
             f"{ss.get('smc_resample')}. SMC-HMC: adaptive tempering from the encoder (each β at conditional "
-            f"ESS/N {ss.get('smc_target_ess')}), one {ss.get('smc_refine_adaptive')} move (10 leapfrog steps) "
-            "per step, no training. ULA-MCD+SMC: the ULA-MCD sampler of the row above it, trained identically, "
+            f"ESS/N {ss.get('smc_target_ess')}), {ss.get('smc_refine_steps', 1)} {ss.get('smc_refine_adaptive')} "
+            "moves (10 leapfrog steps each) per step (`SMC-HMC, 1 move`: one, the setting before the default became 5), "
+            "no training. ULA-MCD+SMC: the ULA-MCD sampler of the table at the same K, trained identically, "
             f"inside SMC on its fixed schedule with one {ss.get('smc_refine_fixed')} move after each resampling "
             "(ULA-MCD+resampling: resampled, never refined). ± MC is then the genealogy standard error (Lee & "
             "Whiteley); the verdict is that of the final weights and the genealogy; there is no ELBO (the "
@@ -216,6 +221,7 @@ def main() -> None:
     parser.add_argument("--smc-resample", type=float, default=0.5, help="SMC rows: resample when ESS/N falls below this")
     parser.add_argument("--smc-target-ess", type=float, default=0.5, help="SMC-HMC: conditional ESS/N of each adaptive step")
     parser.add_argument("--smc-refine-adaptive", default="hmc", help="SMC-HMC: the Metropolis move")
+    parser.add_argument("--smc-refine-steps", type=int, default=ADAPTIVE_REFINE_STEPS, help="SMC-HMC: moves per step")
     parser.add_argument("--smc-refine-fixed", default="mala", help="ULA-MCD+SMC: the move after each resampling")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "vae_table.json")
@@ -235,9 +241,7 @@ def main() -> None:
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     if result.get("settings") != settings:
         result = {"benchmark": "vae_table", "settings": settings, "cells": {}}
-    if result.get("smc_settings") != smc_settings:
-        result["cells"] = {k: v for k, v in result["cells"].items() if "smc" not in v}
-        result["smc_settings"] = smc_settings
+    result["smc_settings"] = smc_settings
     chosen = args.estimators.split(",")
     if "runs" not in result and "command" in result:  # a result written before runs were kept apart
         result["runs"] = [{k: result[k] for k in ("command", "load_before", "load_after") if k in result}]
@@ -277,7 +281,7 @@ def main() -> None:
     if "SMC-HMC" in chosen:
         smc_cells.append(("SMC-HMC/adaptive", SamplerConfig(
             backward="ais", adaptive=True, refine=args.smc_refine_adaptive, resample=args.smc_resample,
-            target_ess=args.smc_target_ess,
+            target_ess=args.smc_target_ess, refine_steps=args.smc_refine_steps,
         )))
     for label, refine in (("ULA-MCD+SMC", args.smc_refine_fixed), ("ULA-MCD+resampling", "none")):
         if label in chosen:
@@ -286,7 +290,7 @@ def main() -> None:
                 context_dim=target.context_dim, resample=args.smc_resample, refine=refine,
             )) for k in args.steps]
     for key, sconf in smc_cells:
-        if key in result["cells"]:
+        if result["cells"].get(key, {}).get("sampler_config") == dataclasses.asdict(sconf):
             continue
         tconf = TrainConfig(iterations=0 if sconf.adaptive else args.iterations, batch_size=args.batch_size, lr=args.lr)
         plan = perdatum.PerDatumPlan(
@@ -296,7 +300,7 @@ def main() -> None:
         summary = perdatum.execute(plan, rows.append)
         result["cells"][key] = cell_summary(rows, summary["train_seconds"], summary["estimate_seconds"])
         result["load_after"] = result["runs"][-1]["load_after"] = list(os.getloadavg())
-        result["cells"][key]["command"] = result["runs"][-1]["command"]
+        result["cells"][key].update(command=result["runs"][-1]["command"], sampler_config=dataclasses.asdict(sconf))
         write_json(args.out, result)
         log(f"{key}: {result['cells'][key]['mean_log_z']:.2f} (train {summary['train_seconds']:.0f} s, "
             f"estimate {summary['estimate_seconds']:.0f} s)")

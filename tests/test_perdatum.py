@@ -149,9 +149,9 @@ def encoder(x):
 def within_tolerance(rows: list[dict]) -> None:
     """Every datum within 4 of its own standard errors (plus se²: log Ẑ is low by about se²/2)."""
     for r in rows:
-        assert r["log_z_stderr_method"] == "smc-genealogy" and r["log_z_stderr"] == r["delta_stderr"], r
-        tolerance = 4 * r["delta_stderr"] + r["delta_stderr"] ** 2
-        assert abs(r["log_z"] - r["known_log_z"]) < tolerance, r
+        assert r["log_z_stderr_method"] in ("smc-genealogy", "replicates"), r
+        se = r["log_z_stderr"]
+        assert abs(r["log_z"] - r["known_log_z"]) < 4 * se + se**2, r
 
 
 def encoded(num_data: int) -> ConditionalTarget:
@@ -325,14 +325,17 @@ def test_cli_per_datum_smc_from_the_encoder_matches_the_closed_form(mcd, target_
     within_tolerance(data)
     for d in data:
         section = d["smc"]
-        assert section["schedule"] == "adaptive" and section["refine"] == "mala" and section["particles"] == 1024
+        # 1024 samples: the default 8 populations of 128, each with 5 moves per step
+        assert section["schedule"] == "adaptive" and section["refine"] == "mala" and section["refine_steps"] == 5
+        assert section["particles"] == 128 and section["populations"] == 8 and len(section["steps"]) == 8
         for key in ("beta", "ess", "acceptance", "step_size", "resampled_steps", "steps", "resamplings",
                     "final_ess", "log_z_populations", "genealogy_stderr"):
             assert isinstance(section[key], list), key
         assert len(section["beta"]) == section["steps"][0] and section["beta"][-1] == 1.0
-        assert section["resamplings"][0] >= 1 and section["log_z_is"] is None
+        assert section["log_z_is"] is None
     assert summary["label"] == "SMC-MALA" and summary["steps"] is None and summary["iterations"] == 0
-    assert summary["smc"]["mean_steps"] == pytest.approx(np.mean([d["smc"]["steps"][0] for d in data]))
+    assert summary["smc"]["mean_steps"] == pytest.approx(np.mean([np.mean(d["smc"]["steps"]) for d in data]))
+    assert summary["smc"]["populations"] == 8
     assert set(summary["smc"]) >= {"schedule", "particles", "populations", "mean_steps", "mean_resamplings",
                                    "mean_final_ess", "mean_acceptance", "mean_log_z_is"}
     console = Console(width=200, record=True)

@@ -15,7 +15,7 @@ Two ways to fit:
 
 With SMC settings (`--resample`, `--refine`, `--schedule adaptive`) each datum's estimate is SMC
 on that datum's target (`amortised.smc_population`): `num_samples` particles in populations of
-`particles` (default: one), from the datum's `initial(x)`, with the trained (or initial) kernels on
+`particles` (default: `run.population_size`), from the datum's `initial(x)`, with the trained (or initial) kernels on
 a fixed schedule, or adaptive tempering with no training at all. Only one population is held at a
 time, so memory is bounded by the population, whatever the number of data.
 
@@ -67,8 +67,8 @@ class PerDatumPlan:
 
     @property
     def population(self) -> int:
-        """SMC particles per population: `particles`, or all `num_samples` in one population."""
-        return self.num_samples if self.particles is None else min(self.particles, self.num_samples)
+        """SMC particles per population: `particles`, or the default of `run.population_size`."""
+        return run.population_size(self.num_samples, self.particles)
 
 
 def parse_index(text: str, num_data: int) -> tuple[int, int]:
@@ -246,7 +246,7 @@ def execute(
         counts[rec["status"]] += 1
         if est is not None and math.isfinite(est.log_z):
             log_z.append(est.log_z)
-            stderr.append(est.delta_stderr)
+            stderr.append(est.log_z_stderr if est.log_z_stderr is not None else est.delta_stderr)
             if known_i is not None:
                 known.append(known_i)
         on_datum(rec)

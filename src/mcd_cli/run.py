@@ -71,6 +71,21 @@ DEFAULT_POPULATIONS = 8
 MIN_DEFAULT_POPULATION = 128
 
 
+def population_size(num_samples: int, particles: Optional[int]) -> int:
+    """SMC particles per population: `particles` (at most `num_samples`); by default
+    `num_samples / DEFAULT_POPULATIONS` when that divides evenly into populations of at least
+    `MIN_DEFAULT_POPULATION`, else all `num_samples` in one population.
+
+    Example:
+        >>> population_size(16384, None), population_size(512, None), population_size(512, 128)
+        (2048, 512, 128)
+    """
+    if particles is not None:
+        return min(particles, num_samples)
+    share, rest = divmod(num_samples, DEFAULT_POPULATIONS)
+    return share if rest == 0 and share >= MIN_DEFAULT_POPULATION else num_samples
+
+
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """Everything one `mcd estimate` run (or one `mcd compare` cell) does."""
@@ -104,10 +119,7 @@ class RunPlan:
         """SMC particles per population: `particles`; by default `num_samples / DEFAULT_POPULATIONS`
         when that divides evenly into populations of at least `MIN_DEFAULT_POPULATION`, else all
         `num_samples` in one population."""
-        if self.particles is not None:
-            return min(self.particles, self.num_samples)
-        share, rest = divmod(self.num_samples, DEFAULT_POPULATIONS)
-        return share if rest == 0 and share >= MIN_DEFAULT_POPULATION else self.num_samples
+        return population_size(self.num_samples, self.particles)
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
