@@ -269,3 +269,19 @@ def test_a_spread_beyond_the_genealogy_error_replaces_it_with_a_warning():
     # One population carrying all of Ẑ: no meaningful log-scale error.
     wild = stats.merge_runs([_collapsed(v) for v in (0.0, 0.0, 0.0, 12.0)])
     assert wild.log_z_stderr is None and wild.status.value == "unreliable"
+
+
+def test_move_correlation_and_its_verdict():
+    x = jax.random.normal(jax.random.key(0), (4000, 3))
+    fresh = jax.random.normal(jax.random.key(1), (4000, 3))
+    half = 0.5 * x + math.sqrt(0.75) * fresh  # correlation 0.5 in every coordinate
+    assert float(smc.move_correlation(x, x, jnp.zeros(4000))) == pytest.approx(1.0, abs=1e-6)
+    assert abs(float(smc.move_correlation(x, fresh, jnp.zeros(4000)))) < 4 / math.sqrt(4000)
+    assert float(smc.move_correlation(x, half, jnp.zeros(4000))) == pytest.approx(0.5, abs=4 / math.sqrt(4000))
+    e = stats.smc_estimate(0.0, np.zeros(256), np.arange(256), 0)
+    assert stats.mixing_verdict(e, None) is e and stats.mixing_verdict(e, 0.1) is e
+    warned = stats.mixing_verdict(e, 0.5)
+    assert warned.status.value == "warn" and warned.log_z_stderr == e.log_z_stderr
+    bad = stats.mixing_verdict(e, 0.8)
+    assert bad.status.value == "unreliable" and bad.log_z_stderr is None and bad.log_z_stderr_method == "none"
+    assert "--refine-steps" in bad.reasons[-1]

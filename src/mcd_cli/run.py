@@ -28,7 +28,7 @@ import numpy as np
 from mcd_cli import annealing, checkpoint, devices, objectives, smc
 from mcd_cli.config import ESTIMATION_FIELDS, SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
-from mcd_cli.stats import combine_estimates, merge_runs, smc_estimate, summarize, summarize_weights
+from mcd_cli.stats import combine_estimates, merge_runs, mixing_verdict, smc_estimate, summarize, summarize_weights
 from mcd_cli.kernels import registry
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
@@ -816,6 +816,12 @@ def estimate_populations(
             f"adaptive tempering reached β = {float(first.trace.beta[k - 1]):.4g} in --max-steps "
             f"{s.max_steps} steps, not 1; raise --max-steps or lower --target-ess"
         )
+    mixing = None
+    if s.adaptive:  # the moves are the only mixing: judge them (stats.mixing_verdict)
+        corr = np.concatenate([np.asarray(o.trace.correlation[: int(o.steps)]) for o in outputs])
+        corr = corr[np.isfinite(corr)]
+        mixing = float(np.median(corr)) if corr.size else None
+        merged = mixing_verdict(merged, mixing)
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
     acceptance = acceptance[np.isfinite(acceptance)]
     diagnostics = {
@@ -839,6 +845,8 @@ def estimate_populations(
         "ess": [float(v) for v in first.trace.ess[:k]],
         "acceptance": [float(v) for v in first.trace.acceptance[:k]],
         "step_size": [float(v) for v in first.trace.step_size[:k]],
+        "move_correlation": [float(v) for v in first.trace.correlation[:k]] if s.adaptive else None,
+        "median_move_correlation": mixing,
         "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
         "log_z_is": None,
         "log_z_is_stderr": None,

@@ -97,6 +97,9 @@ class Trace(NamedTuple):
     resampled: jax.Array  # whether the population was resampled after step k
     acceptance: jax.Array  # mean acceptance of the refinement moves (NaN: none made)
     step_size: jax.Array  # the refinement step size used (NaN: none made)
+    # adaptive: mean over coordinates of the particles' correlation across the step's moves
+    # (`move_correlation`; NaN: none made)
+    correlation: Any = None
 
 
 class SMCOutput(NamedTuple):
@@ -213,6 +216,26 @@ def refine_population(
         factor = jnp.exp(jnp.clip(ADAPT_RATE * (acceptance - kernel.target_acceptance), -1.0, 1.0))
         params = params._replace(step_size=params.step_size * factor)
     return pop._replace(states=states, refine=params), acceptance, used
+
+
+def move_correlation(before: jax.Array, after: jax.Array, log_w: jax.Array) -> jax.Array:
+    """How little the moves changed the population: the weighted correlation, across particles,
+    between each coordinate before and after the moves, averaged over coordinates. 0 when the moves
+    give fresh draws from γ_k; near 1 when the particles hardly move, and the population then keeps
+    whatever the reweightings made of it. A particle's position is its whole state for the
+    refinement, and its coordinates' correlations are scale free.
+
+    Example:
+        >>> x = jax.random.normal(jax.random.key(0), (1000, 3))
+        >>> float(move_correlation(x, x, jnp.zeros(1000)))
+        1.0
+    """
+    w = normalised(log_w)[:, None]
+    a = before - jnp.sum(w * before, axis=0)
+    b = after - jnp.sum(w * after, axis=0)
+    cov = jnp.sum(w * a * b, axis=0)
+    scale = jnp.sqrt(jnp.sum(w * a * a, axis=0) * jnp.sum(w * b * b, axis=0))
+    return jnp.mean(jnp.where(scale > 0, cov / jnp.where(scale > 0, scale, 1.0), 1.0))
 
 
 def _no_refine(pop: Population) -> tuple[Population, jax.Array, jax.Array]:
@@ -345,7 +368,7 @@ def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
     cap = config.max_steps
     dtype = pop.log_w.dtype
     nan = jnp.full((cap,), jnp.nan, dtype)
-    trace = Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan)
+    trace = Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan, nan)
 
     def cond(carry):
         _, beta, k, _ = carry
@@ -364,18 +387,21 @@ def _run_adaptive(key, params, target, config, num, adapt) -> SMCOutput:
         last = beta_new >= 1.0
         do_resample = (ess < config.resample + ESS_ROUNDING) & ~last
         pop = jax.lax.cond(do_resample, lambda p: resample_population(p, k_resample, resampler), lambda p: p, pop)
+        before = pop.states.position
         pop, acceptance, used = jax.lax.cond(
             ~last,
             lambda p: refine_population(p, k_refine, beta_new, refine_kernel, path, evaluate, config, adapt),
             _no_refine,
             pop,
         )
+        correlation = jnp.where(last, jnp.nan, move_correlation(before, pop.states.position, pop.log_w))
         trace = Trace(
             trace.beta.at[k].set(beta_new),
             trace.ess.at[k].set(ess),
             trace.resampled.at[k].set(do_resample),
             trace.acceptance.at[k].set(acceptance),
             trace.step_size.at[k].set(used),
+            trace.correlation.at[k].set(correlation.astype(dtype)),
         )
         return pop, beta_new, k + 1, trace
 
