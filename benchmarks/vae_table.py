@@ -101,6 +101,7 @@ def cell_summary(rows: list[dict], seconds_train: float, seconds_estimate: float
                 log_z_stderr_method=r["log_z_stderr_method"], steps=d["steps"][0], resamplings=d["resamplings"][0],
                 final_ess=d["final_ess"][0], mean_acceptance=d["mean_acceptance"], log_z_is=d["log_z_is"],
                 log_z_is_stderr=d["log_z_is_stderr"], log_z_is_status=d["log_z_is_status"],
+                median_move_correlation=d.get("median_move_correlation"),
             )
         images = cell["per_image"]
         cell["smc"] = {
