@@ -118,7 +118,7 @@ SMC_SCRIPT = textwrap.dedent(
         }
     odd = dataclasses.replace(plan, num_samples=404, particles=202, devices=4)
     out["notes"] = run.plan_warnings(odd)
-    out["population"] = run.smc_population(odd)
+    out["population"] = run.sharded_population(odd)
     out["memory"] = {n: run.memory_needed(dataclasses.replace(plan, devices=n))["estimation"] for n in (1, 4)}
     print(json.dumps(out))
     """

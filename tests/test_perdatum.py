@@ -5,6 +5,7 @@ z ~ N(0, I_2), x | z ~ N(W z, σ² I_3), so p(x) = N(x; 0, W Wᵀ + σ² I) in c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 import tracemalloc
@@ -18,10 +19,10 @@ from jax.scipy.stats import multivariate_normal, norm
 from conftest import one_line_error, records
 from rich.console import Console
 
-from mcd_cli import amortised, annealing, perdatum, report, score
+from mcd_cli import amortised, annealing, perdatum, report, score, smc
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import UsageError
-from mcd_cli.targets import TargetError, load_target
+from mcd_cli.targets import Target, TargetError, load_target
 from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
 
 D, M, SIGMA = 2, 3, 0.5
@@ -110,9 +111,16 @@ def test_score_network_context_changes_only_the_conditioned_output():
     assert not np.allclose(score.apply(cond, 1, z, jnp.zeros(3)), score.apply(cond, 1, z, jnp.ones(3)))
 
 
-def test_estimation_memory_does_not_grow_with_the_number_of_data():
-    """Host allocations peak at one datum's weights, whether there are 5 data or 50."""
-    sconf = SamplerConfig(sampler="ula", backward="ais", steps=2)
+@pytest.mark.parametrize(
+    "sconf",
+    [
+        SamplerConfig(sampler="ula", backward="ais", steps=2),
+        pytest.param(SamplerConfig(sampler="ula", backward="ais", steps=2, resample=0.5, refine="mala"), marks=pytest.mark.slow),
+    ],
+    ids=["importance-sampling", "smc"],
+)
+def test_estimation_memory_does_not_grow_with_the_number_of_data(sconf):
+    """Host allocations peak at one datum's weights (or SMC population), whether there are 5 data or 50."""
     peaks, target = [], linear_gaussian(50)
     perdatum.execute(  # compile outside the measurement; a selection of the data reuses it
         perdatum.PerDatumPlan(target.select(0, 1), sconf, TrainConfig(iterations=0), amortise=False, num_samples=4096),
@@ -126,6 +134,83 @@ def test_estimation_memory_does_not_grow_with_the_number_of_data():
         tracemalloc.stop()
     # Keeping every datum's 4096 float64 weights would need 1.6 MB at n = 50, several times the peak.
     assert peaks[1] <= 1.2 * peaks[0], peaks
+
+
+POST_COV = np.linalg.inv(np.eye(D) + W.T @ W / SIGMA**2)
+
+
+def encoder(x):
+    """An amortised initial distribution like a VAE's encoder: the exact posterior N(μ(x), Σ), moved
+    off its mean by 0.5 and widened 1.5×, so annealing has work to do."""
+    mean = jnp.asarray(POST_COV @ W.T / SIGMA**2) @ x
+    return mean + 0.5, 1.5 * jnp.sqrt(jnp.asarray(np.diag(POST_COV)))
+
+
+def within_tolerance(rows: list[dict]) -> None:
+    """Every datum within 4 of its own standard errors (plus se²: log Ẑ is low by about se²/2)."""
+    for r in rows:
+        assert r["log_z_stderr_method"] in ("smc-genealogy", "replicates"), r
+        se = r["log_z_stderr"]
+        assert abs(r["log_z"] - r["known_log_z"]) < 4 * se + se**2, r
+
+
+def encoded(num_data: int) -> ConditionalTarget:
+    data = np.random.default_rng(1).normal(size=(num_data, M)).astype(np.float32) * 1.5
+    return ConditionalTarget.create(log_density, D, data, initial=encoder, log_z=log_z, name="encoded")
+
+
+@pytest.mark.slow
+def test_trained_amortised_mcd_inside_smc_per_datum_matches_the_closed_form():
+    """A ULA-MCD sampler amortised over 3 data, then SMC with MALA refinement on its fixed schedule."""
+    target = encoded(3)
+    sconf = SamplerConfig(
+        sampler="ula", backward="mcd", steps=4, hidden=8, blocks=1, context_dim=target.context_dim,
+        resample=0.5, refine="mala",
+    )
+    plan = perdatum.PerDatumPlan(
+        target, sconf, TrainConfig(iterations=10, batch_size=32), amortise=True, num_samples=1024, particles=512
+    )
+    rows: list[dict] = []
+    summary = perdatum.execute(plan, rows.append)
+    within_tolerance(rows)
+    for r in rows:
+        assert r["smc"]["populations"] == 2 and len(r["smc"]["log_z_populations"]) == 2
+        assert r["smc"]["log_z_is"] is not None and r["smc"]["steps"] == [4, 4]
+    assert summary["label"] == "ULA-MCD+SMC" and summary["iterations"] == 10
+    assert summary["smc"]["mean_log_z_is"] == pytest.approx(np.mean([r["smc"]["log_z_is"] for r in rows]))
+
+
+def test_amortised_mcd_at_initialisation_equals_ais_inside_per_datum_smc():
+    """The conditioned score network starts at zero: SMC with it gives AIS's SMC run, resamplings included."""
+    target = encoded(2)
+    extra = dict(steps=3, resample=0.9)
+    mcd = SamplerConfig(sampler="ula", backward="mcd", hidden=8, blocks=1, context_dim=target.context_dim, **extra)
+    ais = SamplerConfig(sampler="ula", backward="ais", **extra)
+    key = jax.random.key(3)
+    one = datum_target(target, jnp.asarray(target.data[0]))
+    p_mcd, p_ais = annealing.init_params(key, one, mcd), annealing.init_params(key, one, ais)
+    for x in target.data:
+        a = amortised.smc_population(target, mcd, 64)(p_mcd, jax.random.key(5), jnp.asarray(x))
+        b = amortised.smc_population(target, ais, 64)(p_ais, jax.random.key(5), jnp.asarray(x))
+        assert int(a.resamplings) == int(b.resamplings) >= 1
+        np.testing.assert_allclose(a.log_w, b.log_w, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(a.log_z, b.log_z, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_per_datum_smc_is_smc_on_the_datum_target_started_from_its_encoder():
+    """The datum enters the compiled run as an argument: the same run as SMC on a target built on
+    the host from log_density(·, x) and the encoder's outputs."""
+    target = encoded(2)
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=3, resample=0.9, refine="mala")
+    x = target.data[1]
+    params = annealing.init_params(jax.random.key(3), datum_target(target, jnp.asarray(x)), sconf)
+    b = amortised.smc_population(target, sconf, 64)(params, jax.random.key(5), jnp.asarray(x))
+    mean, scale = (np.asarray(v) for v in encoder(jnp.asarray(x)))
+    own = Target.create(lambda z: log_density(z, x), D, mean, scale)
+    c = smc.compiled(own, sconf, 64)(params, jax.random.key(5))
+    np.testing.assert_allclose(b.log_w, c.log_w, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(b.log_z, c.log_z, rtol=0, atol=1e-4)
 
 
 def test_parse_index():
@@ -213,3 +298,61 @@ def test_cli_bad_per_datum_options_exit_2(mcd, target_file, args, message):
 def test_cli_per_datum_options_need_a_conditional_target(mcd, gauss_yaml):
     code, _, err = mcd(["estimate", gauss_yaml, "--amortise"])
     assert code == 2 and "conditional targets" in one_line_error(err)
+
+
+ENCODER = f"""
+
+POST_COV = np.linalg.inv(np.eye({D}) + W.T @ W / {SIGMA}**2)
+
+def initial(x):
+    mean = jnp.asarray(POST_COV @ W.T / {SIGMA}**2) @ x
+    return mean + 0.5, 1.5 * jnp.sqrt(jnp.asarray(np.diag(POST_COV)))
+"""
+
+
+def test_cli_per_datum_smc_from_the_encoder_matches_the_closed_form(mcd, target_file):
+    """Adaptive tempered SMC-MALA on each datum from its own initial(x), no training: the SMC
+    standard error and `smc` section per datum, every datum within its tolerance."""
+    target_file.write_text(textwrap.dedent(TARGET_FILE) + ENCODER)
+    code, out, err = mcd(
+        ["estimate", target_file, "--data-index", "0:3", "--backward", "ais", "--iterations", "0",
+         "--resample", "0.5", "--refine", "mala", "--schedule", "adaptive", "--samples", "1024", "--json"]
+    )
+    assert code == 0, err
+    lines = records(out)
+    data, summary = lines[:-1], lines[-1]
+    assert [d["datum"] for d in data] == [0, 1, 2]
+    within_tolerance(data)
+    for d in data:
+        section = d["smc"]
+        # 1024 samples: the default 8 populations of 128, each with 5 moves per step
+        assert section["schedule"] == "adaptive" and section["refine"] == "mala" and section["refine_steps"] == 5
+        assert section["particles"] == 128 and section["populations"] == 8 and len(section["steps"]) == 8
+        for key in ("beta", "ess", "acceptance", "step_size", "resampled_steps", "steps", "resamplings",
+                    "final_ess", "log_z_populations", "genealogy_stderr"):
+            assert isinstance(section[key], list), key
+        assert len(section["beta"]) == section["steps"][0] and section["beta"][-1] == 1.0
+        assert section["log_z_is"] is None
+    assert summary["label"] == "SMC-MALA" and summary["steps"] is None and summary["iterations"] == 0
+    assert summary["smc"]["mean_steps"] == pytest.approx(np.mean([np.mean(d["smc"]["steps"]) for d in data]))
+    assert summary["smc"]["populations"] == 8
+    assert set(summary["smc"]) >= {"schedule", "particles", "populations", "mean_steps", "mean_resamplings",
+                                   "mean_final_ess", "mean_acceptance", "mean_log_z_is"}
+    console = Console(width=200, record=True)
+    console.print(report.per_datum_table(summary))
+    assert "adaptive tempered SMC" in console.export_text()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--resample", "0.5", "--samples", "100", "--particles", "30"], "not a multiple of --particles"),
+        (["--particles", "32"], "--particles sets the SMC population size"),
+        (["--schedule", "adaptive", "--refine", "hmc", "--steps", "4"], "--steps does not apply"),
+        (["--schedule", "adaptive"], "refine must be mala or hmc"),
+    ],
+)
+def test_cli_bad_per_datum_smc_options_exit_2(mcd, target_file, args, message):
+    code, out, err = mcd(["estimate", target_file, "--backward", "ais", "--iterations", "0", *args])
+    assert code == 2
+    assert message in one_line_error(err)

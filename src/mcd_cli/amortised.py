@@ -11,6 +11,9 @@ The data set is an argument of the compiled functions, not a constant folded int
 compilation serves every datum, and a separate run per datum does not recompile. Training runs
 `tconf.chunk` updates per call in one `lax.while_loop`, with `training`'s on-device bookkeeping
 (skipped updates, recoveries), and `training.fit` drives it.
+
+SMC (`smc_population`) runs one population on the datum's target the same way: the datum is an
+argument, its `initial(x)` the initial distribution and its features the score network's context.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import annealing, objectives
+from mcd_cli import annealing, objectives, smc
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
 from mcd_cli import training
@@ -157,3 +160,18 @@ def sample_datum_log_weights(
         stop = min(start + chunk_size, num_samples)
         out[start:stop] = values[: stop - start]
     return out
+
+
+@functools.lru_cache(maxsize=16)
+def smc_population(target: ConditionalTarget, sconf: SamplerConfig, num: int) -> Callable:
+    """Compiled `(params, key, x) -> smc.SMCOutput`: one SMC run of `num` particles on the datum `x`'s
+    target (`smc.run`), started from `initial(x)`, the score network (amortised) conditioned on the
+    datum's features. One compilation serves every datum."""
+
+    @jax.jit
+    def population(params, key, x):
+        one = datum_target(target, x)
+        ctx = context(target, x) if sconf.context_dim else None
+        return smc.run(key, params, one, sconf, num, context=ctx)
+
+    return population

@@ -214,22 +214,7 @@ class RunRecord:
     def smc_section(self) -> Optional[dict]:
         """The record's `smc` section: the first repeat's per-step trace (its first population) and
         its settings; counts, final ESS/N and acceptance over every repeat and population."""
-        if not self.smc:
-            return None
-        first = dict(self.smc[0])
-        accept = [d["mean_acceptance"] for d in self.smc if d["mean_acceptance"] is not None]
-        first.update(
-            steps=[k for d in self.smc for k in d["steps"]],
-            resamplings=[r for d in self.smc for r in d["resamplings"]],
-            final_ess=[finite(e) for d in self.smc for e in d["final_ess"]],
-            mean_acceptance=finite(sum(accept) / len(accept)) if accept else None,
-            log_z_populations=[finite(v) for d in self.smc for v in d["log_z_populations"]],
-            genealogy_stderr=[finite(v) for d in self.smc for v in d["genealogy_stderr"]],
-            log_z_is_repeats=[finite(d["log_z_is"]) for d in self.smc],
-        )
-        for key in ("ess", "acceptance", "step_size", "beta"):
-            first[key] = [finite(v) for v in first[key]]
-        return json_ready(first)
+        return smc_section(self.smc)
 
     @property
     def log_z_is(self) -> tuple[Optional[float], Optional[float]]:
@@ -324,17 +309,43 @@ class RunRecord:
         return json.dumps(self.as_dict(), allow_nan=False, separators=(", ", ": "))
 
 
-def datum_record(datum: int, est: Optional[Estimate], known_log_z: Optional[float], error: str = "") -> dict:
+def smc_section(repeats: Sequence[dict]) -> Optional[dict]:
+    """The `smc` section of a record from each repeat's SMC diagnostics (`run.estimate_populations`):
+    the first repeat's settings and per-step trace (its first population); counts, final ESS/N and
+    acceptance over every repeat and population. None without SMC."""
+    if not repeats:
+        return None
+    first = dict(repeats[0])
+    accept = [d["mean_acceptance"] for d in repeats if d["mean_acceptance"] is not None]
+    first.update(
+        steps=[k for d in repeats for k in d["steps"]],
+        resamplings=[r for d in repeats for r in d["resamplings"]],
+        final_ess=[finite(e) for d in repeats for e in d["final_ess"]],
+        mean_acceptance=finite(sum(accept) / len(accept)) if accept else None,
+        log_z_populations=[finite(v) for d in repeats for v in d["log_z_populations"]],
+        genealogy_stderr=[finite(v) for d in repeats for v in d["genealogy_stderr"]],
+        log_z_is_repeats=[finite(d["log_z_is"]) for d in repeats],
+    )
+    for key in ("ess", "acceptance", "step_size", "beta"):
+        first[key] = [finite(v) for v in first[key]]
+    return json_ready(first)
+
+
+def datum_record(
+    datum: int, est: Optional[Estimate], known_log_z: Optional[float], error: str = "", smc: Optional[dict] = None
+) -> dict:
     """The JSON line of one datum of a conditional target (`"record": "datum"`, docs/json.md).
 
     `est` is None when the datum's weights were all unusable (`status` `"failed"`, `error` says why).
+    `smc` is the datum's SMC diagnostics (`run.estimate_populations`), None for importance sampling.
     """
+    section = smc_section(() if smc is None else (smc,))
     if est is None:
         return {
             "record": "datum", "datum": int(datum), "log_z": None, "log_z_stderr": None,
             "log_z_stderr_method": "none", "delta_stderr": None, "ess": None, "num_samples": 0,
             "pareto_k": None, "elbo": None, "status": "failed", "reasons": [error],
-            "known_log_z": finite(known_log_z), "error": None, "seconds": 0.0,
+            "known_log_z": finite(known_log_z), "error": None, "seconds": 0.0, "smc": section,
         }
     return {
         "record": "datum",
@@ -352,6 +363,7 @@ def datum_record(datum: int, est: Optional[Estimate], known_log_z: Optional[floa
         "known_log_z": finite(known_log_z),
         "error": finite(est.log_z - known_log_z) if known_log_z is not None else None,
         "seconds": round(float(est.seconds), 4),
+        "smc": section,
     }
 
 

@@ -153,6 +153,25 @@ def smc_line(smc: dict) -> str:
     return text
 
 
+def per_datum_smc_line(smc: dict) -> str:
+    """The SMC line of a per-datum summary: settings and the means over the data."""
+    def num(value, form):
+        return "—" if value is None else format(value, form)
+
+    text = (
+        f"{smc['schedule']} schedule, mean K = {num(smc['mean_steps'], '.1f')}, "
+        f"{num(smc['mean_resamplings'], '.1f')} resamplings ({smc['resampling']}, ESS/N < {smc['resample']:g}), "
+        f"final ESS/N {num(smc['mean_final_ess'], '.2f')}"
+    )
+    if smc["refine"] != "none":
+        text += f", {smc['refine']} acceptance {num(smc['mean_acceptance'], '.2f')}"
+    if smc["populations"] > 1:
+        text += f"; {smc['populations']} populations of {smc['particles']}"
+    if smc.get("mean_log_z_is") is not None:
+        text += f"; same kernels without SMC: mean log Ẑ {fmt(smc['mean_log_z_is'])}"
+    return text + " (means over the data)"
+
+
 def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
     """The table of one estimate: a column of names and a column of values.
 
@@ -270,11 +289,17 @@ def per_datum_table(rec: dict) -> Table:
             verdicts.append(f", {counts[name]} {name}", style=_STATUS_STYLE.get(name, "bold red"))
     table.add_row("data", f"{rec['num_data']} (indices {rec['data_index'][0]}:{rec['data_index'][1]})")
     table.add_row("verdicts", verdicts)
-    table.add_row(
-        "estimator",
-        f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, K = {rec['steps']} steps, "
-        + ("amortised over the data" if rec["amortise"] else "a separate run per datum"),
-    )
+    fitted = "amortised over the data" if rec["amortise"] else "a separate run per datum"
+    smc = rec.get("smc")
+    if smc is not None and smc["schedule"] == "adaptive":
+        estimator = f"{rec['label']}  adaptive tempered SMC from each datum's initial distribution, no training"
+    else:
+        estimator = (
+            f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, K = {rec['steps']} steps, {fitted}"
+        )
+    table.add_row("estimator", estimator)
+    if smc is not None:
+        table.add_row("SMC", per_datum_smc_line(smc))
     mean = Text(fmt(rec["mean_log_z"]), style="bold")
     if rec["num_estimated"] < rec["num_data"]:
         mean.append(f"  (over the {rec['num_estimated']} data with a finite estimate)", style="")
@@ -292,7 +317,8 @@ def per_datum_table(rec: dict) -> Table:
     )
     if rec["skipped_steps"] or rec["recoveries"]:
         training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
-    table.add_row("training", training)
+    if smc is None or smc["schedule"] != "adaptive":
+        table.add_row("training", training)
     table.add_row("estimation", f"{rec['num_samples']} samples per datum, {rec['estimate_seconds']:.1f} s")
     table.add_row("seed", str(rec["seed"]))
     table.add_row("device", f"{rec['device']}, {rec['precision']}")

@@ -71,6 +71,21 @@ DEFAULT_POPULATIONS = 8
 MIN_DEFAULT_POPULATION = 128
 
 
+def population_size(num_samples: int, particles: Optional[int]) -> int:
+    """SMC particles per population: `particles` (at most `num_samples`); by default
+    `num_samples / DEFAULT_POPULATIONS` when that divides evenly into populations of at least
+    `MIN_DEFAULT_POPULATION`, else all `num_samples` in one population.
+
+    Example:
+        >>> population_size(16384, None), population_size(512, None), population_size(512, 128)
+        (2048, 512, 128)
+    """
+    if particles is not None:
+        return min(particles, num_samples)
+    share, rest = divmod(num_samples, DEFAULT_POPULATIONS)
+    return share if rest == 0 and share >= MIN_DEFAULT_POPULATION else num_samples
+
+
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """Everything one `mcd estimate` run (or one `mcd compare` cell) does."""
@@ -104,10 +119,7 @@ class RunPlan:
         """SMC particles per population: `particles`; by default `num_samples / DEFAULT_POPULATIONS`
         when that divides evenly into populations of at least `MIN_DEFAULT_POPULATION`, else all
         `num_samples` in one population."""
-        if self.particles is not None:
-            return min(self.particles, self.num_samples)
-        share, rest = divmod(self.num_samples, DEFAULT_POPULATIONS)
-        return share if rest == 0 and share >= MIN_DEFAULT_POPULATION else self.num_samples
+        return population_size(self.num_samples, self.particles)
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"
@@ -233,7 +245,7 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
     training = 0.0
     if plan.load is None and t.iterations > 0:
         training = float(t.batch_size) * (stored_steps + 1) * per_step * itemsize
-    chunk = smc_population(plan) if s.smc else min(plan.chunk_size, plan.num_samples)
+    chunk = sharded_population(plan) if s.smc else min(plan.chunk_size, plan.num_samples)
     estimation = float(chunk) * per_step * itemsize * 2
     # Particles are sharded: each device holds its share of the batch, of the chunk and of an SMC
     # population; resampling gathers the whole population's states on every device for a moment.
@@ -433,7 +445,7 @@ def sharded_sizes(plan: RunPlan) -> tuple[int, int, int]:
     return count, devices.round_up(plan.tconf.batch_size, count), devices.round_up(chunk, count)
 
 
-def smc_population(plan: RunPlan) -> int:
+def sharded_population(plan: RunPlan) -> int:
     """SMC particles per population as run: `plan.population` rounded up to a multiple of the
     device count over all processes (the population is one system: no particle can be dropped)."""
     return devices.round_up(plan.population, devices.particle_layout(plan.devices).count)
@@ -452,8 +464,8 @@ def rounding_notes(plan: RunPlan) -> list[str]:
     count, batch, chunk = sharded_sizes(plan)
     notes = []
     s = plan.sconf
-    if s.smc and smc_population(plan) != plan.population:
-        population = smc_population(plan)
+    if s.smc and sharded_population(plan) != plan.population:
+        population = sharded_population(plan)
         notes.append(
             f"SMC populations rounded up to {population} particles, a multiple of the {count} devices the "
             f"particles are sharded over (the estimate then differs from a {plan.population}-particle one); "
@@ -769,17 +781,52 @@ def estimate_smc(
 
     With `sharding` (the particle axis over several devices) each population is split over the
     devices and resampled globally (`smc.run`): the estimate is the single-device one. The
-    population is rounded up to a multiple of the device count (`smc_population`).
+    population is rounded up to a multiple of the device count (`sharded_population`).
     """
     s = plan.sconf
     runs = plan.num_samples // plan.population
-    population = smc_population(plan)
+    population = sharded_population(plan)
     if sharding is not None and sharding.mesh.devices.size == 1:
         sharding = None  # one device: the unconstrained program, bit for bit the same
     compiled = smc.compiled(target, s, population, True, sharding)
+
+    def importance() -> np.ndarray:
+        return annealing.sample_log_weights(
+            key, params, target, s, plan.num_samples, plan.chunk_size, sharding=sharding
+        )
+
+    return estimate_populations(
+        s, population, runs * population, lambda j: compiled(params, jax.random.fold_in(key, j)),
+        None if s.adaptive else importance, callback,
+    )
+
+
+def estimate_populations(
+    s: SamplerConfig,
+    population: int,
+    num_samples: int,
+    run_population: Callable[[int], Any],
+    importance: Optional[Callable[[], np.ndarray]],
+    callback: Callable[[int, int], None],
+) -> tuple[Any, dict]:
+    """`num_samples / population` SMC runs merged into one estimate, and their diagnostics.
+
+    Args:
+        s: the sampler (its SMC fields).
+        population: particles per run.
+        num_samples: particles in all (a multiple of `population`).
+        run_population: `j -> SMCOutput` of run j (its own key).
+        importance: `() -> log weights` of the same kernels by importance sampling (`log_z_is`), or
+            None (adaptive tempering has no kernels of its own).
+        callback: `(done, total)` after each run.
+
+    Raises:
+        RunFailed: every weight vanished, or adaptive tempering did not reach β = 1.
+    """
+    runs = num_samples // population
     estimates, outputs = [], []
     for j in range(runs):
-        out = jax.device_get(compiled(params, jax.random.fold_in(key, j)))
+        out = jax.device_get(run_population(j))
         estimates.append(
             smc_estimate(
                 float(out.log_z), out.log_w, out.eve, int(out.resamplings),
@@ -787,7 +834,7 @@ def estimate_smc(
             )
         )
         outputs.append(out)
-        callback((j + 1) * plan.population, plan.num_samples)
+        callback((j + 1) * population, num_samples)
     merged = merge_runs(estimates)
     if not math.isfinite(merged.log_z):
         raise RunFailed(
@@ -837,11 +884,9 @@ def estimate_smc(
         "log_z_is_stderr": None,
         "log_z_is_status": None,
     }
-    if not s.adaptive:
+    if importance is not None:
         try:
-            log_w = annealing.sample_log_weights(
-                key, params, target, s, plan.num_samples, plan.chunk_size, sharding=sharding
-            )
+            log_w = importance()
             plain = summarize(log_w)
             diagnostics.update(
                 log_z_is=plain.log_z, log_z_is_stderr=plain.log_z_stderr, log_z_is_status=plain.status.value

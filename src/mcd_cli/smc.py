@@ -321,6 +321,7 @@ def run(
     config: SamplerConfig,
     num: int,
     adapt: bool = True,
+    context: Optional[jax.Array] = None,
     sharding: Optional[NamedSharding] = None,
 ) -> SMCOutput:
     """One SMC run of `num` particles on the configured schedule (fixed, or adaptive).
@@ -334,15 +335,17 @@ def run(
         num: particles N.
         adapt: adapt the refinement's step size and preconditioner from the particles (off: the
             kernels are fixed, and Ẑ is exactly unbiased on a fixed schedule).
+        context: a datum's features for an amortised score network (`amortised`), handed to the
+            backward kernel with every transition; None for an unconditional sampler.
         sharding: the particle axis split over a mesh of devices (`devices.Layout.particles`; `num`
             a multiple of its device count), with global resampling; None: no constraint.
     """
     if config.adaptive:
         return _run_adaptive(key, params, target, config, num, adapt, sharding)
-    return _run_fixed(key, params, target, config, num, adapt, sharding)
+    return _run_fixed(key, params, target, config, num, adapt, sharding, context)
 
 
-def _run_fixed(key, params, target, config, num, adapt, sharding) -> SMCOutput:
+def _run_fixed(key, params, target, config, num, adapt, sharding, context=None) -> SMCOutput:
     est = registry.estimator(config.sampler, config.backward)
     forward, backward = est.forward, est.backward
     refine_kernel = registry.refine(config.refine) if config.refine != "none" else None
@@ -377,6 +380,8 @@ def _run_fixed(key, params, target, config, num, adapt, sharding) -> SMCOutput:
         states, log_forward, transition = jax.vmap(
             lambda kk, s: forward.step(kk, s, Step(k, beta, delta), path, resolved, evaluate)
         )(move_keys, pop.states)
+        if context is not None:
+            transition = transition._replace(context=jnp.broadcast_to(context, (num,) + context.shape))
         log_backward = jax.vmap(lambda t: backward.log_density(params.backward, t))(transition)
         increment = log_gamma(beta, states) - log_gamma(beta_prev, pop.states) + log_backward - log_forward
         pop = pop._replace(states=shard(states, sharding), log_w=pop.log_w + replicate(increment, sharding))
@@ -481,4 +486,6 @@ def compiled(
     With `sharding` (`num` a multiple of its device count) the population is split over its mesh
     and the output is replicated, so every process holds it.
     """
-    return jax.jit(lambda params, key: replicate(run(key, params, target, config, num, adapt, sharding), sharding))
+    return jax.jit(
+        lambda params, key: replicate(run(key, params, target, config, num, adapt, sharding=sharding), sharding)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -264,7 +265,8 @@ _NOT_PER_DATUM = {
 
 def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> None:
     """A conditional target: one JSON line per datum (stdout with --json, and --output), then the summary."""
-    settings.positive(values, "steps", "batch_size", "samples", "hidden")
+    settings.positive(values, "steps", "batch_size", "samples", "hidden", "refine_steps", "leapfrog", "max_steps")
+    _schedule(values)
     for name, flag in _NOT_PER_DATUM.items():
         if values.get(name):
             raise UsageError(f"{flag} is not available for a conditional target (one estimate per datum); drop it")
@@ -295,13 +297,26 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
         target_spec=loaded.spec,
         target_args=loaded.args,
         target_data=str(loaded.data) if loaded.data is not None else None,
+        particles=values.get("particles"),
     )
     perdatum.validate(plan)
-    if values["dry_run"]:
+    if sconf.adaptive and tconf.iterations > 0 and not values.get("quiet"):
         print(
-            f"ok: {sconf.label} K={sconf.steps} on {target.name} (d = {target.dim}), {target.num_data} data, "
-            f"{'amortised' if amortise else 'a separate run per datum'}, {tconf.iterations} iterations × batch "
-            f"{tconf.batch_size}, {plan.num_samples} samples per datum"
+            f"warning: --schedule adaptive moves the particles with --refine {sconf.refine} only: the "
+            f"{tconf.iterations} training iterations are skipped (--iterations 0 says so)",
+            file=sys.stderr,
+        )
+    if values["dry_run"]:
+        if sconf.adaptive:
+            fitting = "adaptive tempering, no training"
+        else:
+            fitting = (
+                f"K={sconf.steps}, {'amortised' if amortise else 'a separate run per datum'}, "
+                f"{tconf.iterations} iterations × batch {tconf.batch_size}"
+            )
+        print(
+            f"ok: {sconf.label} on {target.name} (d = {target.dim}), {target.num_data} data, {fitting}, "
+            f"{plan.num_samples} samples per datum" + (f" in populations of {plan.population}" if sconf.smc else "")
         )
         return
 
