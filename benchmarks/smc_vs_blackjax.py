@@ -126,8 +126,9 @@ def render(path: Path) -> str:
         )
     lines += ["", f"Settings: `{json.dumps(data['settings'])}`", "",
               "| target | d | seeds | BlackJAX RMSE | mcd RMSE | ratio | BlackJAX median s | mcd median s "
-              "| mcd median steps | mcd ±2 SE coverage |", "|---|---|---|---|---|---|---|---|---|---|"]
-    covered_all = total_all = 0
+              "| mcd median steps | mcd ok/warn/unrel. | ±2 SE coverage, ok runs | ±2 SE coverage, all runs |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pooled = {"ok": [0, 0], "all": [0, 0]}
     for (target, dim), methods in sorted(groups.items()):
         bj, mc = methods.get("blackjax", []), methods.get("mcd", [])
         n = min(len(bj), len(mc))
@@ -138,19 +139,27 @@ def render(path: Path) -> str:
             errs = [c["error"] for c in cs if c["error"] is not None]
             return math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else float("nan")
 
-        covered = sum(1 for c in mc if c["stderr"] is not None and abs(c["error"]) <= 2 * c["stderr"])
-        covered_all += covered
-        total_all += len(mc)
+        def covered(cs):  # a run without a standard error covers nothing
+            return sum(1 for c in cs if c["stderr"] is not None and abs(c["error"]) <= 2 * c["stderr"])
+
+        ok = [c for c in mc if c.get("status") == "ok"]
+        counts = [sum(1 for c in mc if c.get("status") == v) for v in ("ok", "warn", "unreliable")]
+        for name, cs in (("ok", ok), ("all", mc)):
+            pooled[name][0] += covered(cs)
+            pooled[name][1] += len(cs)
         r_bj, r_mc = rmse(bj), rmse(mc)
         lines.append(
             f"| {target} | {dim[1:]} | {n} | {r_bj:.3f} | {r_mc:.3f} | {r_mc / r_bj:.2f} | "
             f"{np.median([c['seconds'] for c in bj]):.1f} | {np.median([c['seconds'] for c in mc]):.1f} | "
-            f"{np.median([c['steps'] for c in mc]):.0f} | {covered}/{len(mc)} |"
+            f"{np.median([c['steps'] for c in mc]):.0f} | {'/'.join(map(str, counts))} | "
+            f"{covered(ok)}/{len(ok)} | {covered(mc)}/{len(mc)} |"
         )
-    if total_all:
-        p = covered_all / total_all
-        lines += ["", f"Pooled ±2 SE coverage of mcd's genealogy standard error: {covered_all}/{total_all} = "
-                  f"{p:.2f} ± {math.sqrt(p * (1 - p) / total_all):.2f} (binomial SE)."]
+    for name, label in (("ok", "`ok` runs"), ("all", "all runs (a run without a standard error counts as not covered)")):
+        hit, total = pooled[name]
+        if total:
+            p = hit / total
+            lines += ["", f"Pooled ±2 SE coverage of mcd's standard error, {label}: {hit}/{total} = "
+                      f"{p:.2f} ± {math.sqrt(p * (1 - p) / total):.2f} (binomial SE)."]
     return "\n".join(lines) + "\n"
 
 
