@@ -68,7 +68,7 @@ class PerDatumPlan:
     @property
     def population(self) -> int:
         """SMC particles per population: `particles`, or the default of `run.population_size`."""
-        return run.population_size(self.num_samples, self.particles)
+        return run.population_size(self.num_samples, self.particles, self.target.dim)
 
 
 def parse_index(text: str, num_data: int) -> tuple[int, int]:

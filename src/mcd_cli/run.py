@@ -69,21 +69,29 @@ class NoProgress:
 # error that survives the collapse of each population's genealogy (stats.merge_runs).
 DEFAULT_POPULATIONS = 8
 MIN_DEFAULT_POPULATION = 128
+# Small populations carry more of the adaptive choices' bias, which grows with the dimension: on
+# gmm8 at d = 200, 8 populations of 512 came out 0.4 to 3.4 nats high (6 seeds), 8 of 2,048 within
+# 0.5; at d = 50, 8 of 512 were unbiased (docs/benchmarks.md). So the default split keeps at least
+# this many particles per dimension in each population.
+POPULATION_PER_DIM = 10
 
 
-def population_size(num_samples: int, particles: Optional[int]) -> int:
+def population_size(num_samples: int, particles: Optional[int], dim: int = 0) -> int:
     """SMC particles per population: `particles` (at most `num_samples`); by default
     `num_samples / DEFAULT_POPULATIONS` when that divides evenly into populations of at least
-    `MIN_DEFAULT_POPULATION`, else all `num_samples` in one population.
+    `max(MIN_DEFAULT_POPULATION, POPULATION_PER_DIM · dim)`, else all `num_samples` in one population.
 
     Example:
         >>> population_size(16384, None), population_size(512, None), population_size(512, 128)
         (2048, 512, 128)
+        >>> population_size(4096, None, dim=50), population_size(4096, None, dim=200)
+        (512, 4096)
     """
     if particles is not None:
         return min(particles, num_samples)
     share, rest = divmod(num_samples, DEFAULT_POPULATIONS)
-    return share if rest == 0 and share >= MIN_DEFAULT_POPULATION else num_samples
+    smallest = max(MIN_DEFAULT_POPULATION, POPULATION_PER_DIM * dim)
+    return share if rest == 0 and share >= smallest else num_samples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +127,7 @@ class RunPlan:
         """SMC particles per population: `particles`; by default `num_samples / DEFAULT_POPULATIONS`
         when that divides evenly into populations of at least `MIN_DEFAULT_POPULATION`, else all
         `num_samples` in one population."""
-        return population_size(self.num_samples, self.particles)
+        return population_size(self.num_samples, self.particles, self.target.dim)
 
     def state_path(self, repeat: int, directory: Optional[Path] = None) -> Path:
         return Path(directory or self.checkpoint_dir) / f"state-r{repeat}.npz"

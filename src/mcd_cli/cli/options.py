@@ -213,7 +213,7 @@ ParticlesOpt = Annotated[
         "--particles",
         help="SMC population size: --samples particles run as independent populations of this size, "
         "merged by averaging Ẑ (bounds memory; 4 or more give a standard error from their spread). "
-        "(default: --samples / 8)",
+        "(default: --samples / 8 when that is at least 128 and 10 per dimension)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
