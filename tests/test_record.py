@@ -11,7 +11,10 @@ from mcd_cli.record import SCHEMA_VERSION
 _TIMINGS = ("train_seconds", "estimate_seconds", "start_seconds")
 
 
-@pytest.mark.parametrize("settings", [TINY + ["--iterations", "3", "--sampler", "uha", "--backward", "mcd"], NO_TRAIN])
+@pytest.mark.parametrize(
+    "settings",
+    [pytest.param(TINY + ["--iterations", "3", "--sampler", "uha", "--backward", "mcd"], marks=pytest.mark.slow), NO_TRAIN],
+)
 def test_a_json_line_reproduces_its_run_bit_for_bit(mcd, gauss_yaml, tmp_path, settings):
     code, out, err = mcd(["estimate", gauss_yaml, *settings, "--seed", "3", "--json"])
     assert code == 0, err

@@ -45,6 +45,7 @@ def test_all_nan_weights_fail_with_exit_1(mcd, tmp_path):
     assert "not finite" in one_line_error(err)
 
 
+@pytest.mark.slow
 def test_training_that_cannot_recover_fails_with_exit_1(mcd, tmp_path):
     target = write_target(tmp_path, "all_nan", "jnp.sum(x) * jnp.nan")
     code, out, err = mcd(["estimate", target, *TINY, "--iterations", "500", "--json"])
@@ -150,6 +151,7 @@ def test_ctrl_c_saves_prints_how_to_resume_and_exits_130(mcd_process, gauss_yaml
     assert 2 <= saved < 400
 
 
+@pytest.mark.slow
 def test_a_checkpoint_directory_in_use_needs_resume(mcd, gauss_yaml, tmp_path):
     directory = tmp_path / "ckpt"
     args = ["estimate", gauss_yaml, *TINY, "--iterations", "2", "-q", "--checkpoint", directory]
@@ -307,6 +309,7 @@ def test_dimension_too_large_for_memory_is_refused_before_starting(mcd, gauss_ya
 # 5. Concurrency: array jobs appending to one results file
 
 
+@pytest.mark.slow
 def test_parallel_jobs_append_whole_lines(mcd_process, gauss_yaml, tmp_path):
     results = tmp_path / "results.jsonl"
     jobs = [

@@ -78,6 +78,7 @@ def test_mcd_beats_ais_on_narrow_gaussian():
     assert abs(mcd.log_z) < abs(ais.log_z), (ais, mcd)
 
 
+@pytest.mark.slow
 def test_update_compiles_once():
     tconf = TrainConfig(iterations=2, batch_size=8, chunk=3)
     sconf = SamplerConfig(sampler="uha", backward="mcd", steps=4, hidden=8)
@@ -95,14 +96,15 @@ def test_update_compiles_once():
     assert update._cache_size() == 1
 
 
-@pytest.mark.parametrize("objective", ["elbo", pytest.param("logvar", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("objective", [pytest.param("elbo", marks=pytest.mark.slow), "logvar"])
 def test_chunked_loop_equals_one_update_per_call(objective):
-    # The same keys give the same parameters whether updates run one per call or 7 / 50 per call
-    # (float32: the scan body may be fused differently from the single jitted update).
+    # The same keys give the same parameters whether updates run one per call or 7 (chunks that do
+    # not divide the 20 iterations) / 50 (all in one dispatch) per call (float32: the loop body may
+    # be fused differently from the single jitted update).
     target = Target.create(lambda x: -0.5 * jnp.sum(((x - 1.0) / 0.5) ** 2), dim=3, initial_scale=1.0)
     sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8)
     results = []
-    for chunk in (1, 7, 50):
+    for chunk in (7, 50):
         tconf = TrainConfig(iterations=20, batch_size=16, chunk=chunk, objective=objective, lr=1e-2)
         state = training.init_train_state(jax.random.key(0), target, sconf, tconf)
         results.append(training.fit(state, target, sconf, tconf))
@@ -118,7 +120,7 @@ def test_chunked_loop_equals_one_update_per_call(objective):
         assert result.state.iteration == 20
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(result.params)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(results[0].elbo_history, results[2].elbo_history, rtol=1e-6)
+    np.testing.assert_allclose(results[0].elbo_history, results[1].elbo_history, rtol=1e-6)
 
 
 def test_resume_is_bit_identical():
