@@ -184,16 +184,7 @@ class _SMCTotals:
     def section(self, s: SamplerConfig, population: int, populations: int) -> dict:
         mean = lambda total, n: finite(total / n) if n else None  # noqa: E731
         return {
-            "schedule": s.schedule,
-            "resample": s.resample,
-            "resampling": s.resampling,
-            "refine": s.refine,
-            "refine_steps": s.refine_steps,
-            "leapfrog": s.leapfrog,
-            "refine_every": "step" if s.adaptive else s.refine_every,
-            "target_ess": s.target_ess if s.adaptive else None,
-            "particles": population,
-            "populations": populations,
+            **run.smc_settings(s, population, populations),
             "mean_steps": mean(self.steps, self.count),
             "mean_resamplings": mean(self.resamplings, self.count),
             "mean_final_ess": mean(self.final_ess, self.count),

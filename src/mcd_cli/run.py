@@ -777,6 +777,22 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     )
 
 
+def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
+    """The SMC settings as run, the head of a record's `smc` section."""
+    return {
+        "schedule": s.schedule,
+        "resample": s.resample,
+        "resampling": s.resampling,
+        "refine": s.refine,
+        "refine_steps": s.refine_steps,
+        "leapfrog": s.leapfrog,
+        "refine_every": "step" if s.adaptive else s.refine_every,
+        "target_ess": s.target_ess if s.adaptive else None,
+        "particles": population,
+        "populations": populations,
+    }
+
+
 def estimate_smc(
     plan: RunPlan, target: Any, params: Any, key: jax.Array, callback, sharding: Optional[Any] = None
 ) -> tuple[Any, dict]:
@@ -865,16 +881,7 @@ def estimate_populations(
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
     acceptance = acceptance[np.isfinite(acceptance)]
     diagnostics = {
-        "schedule": s.schedule,
-        "resample": s.resample,
-        "resampling": s.resampling,
-        "refine": s.refine,
-        "refine_steps": s.refine_steps,
-        "leapfrog": s.leapfrog,
-        "refine_every": "step" if s.adaptive else s.refine_every,
-        "target_ess": s.target_ess if s.adaptive else None,
-        "particles": population,
-        "populations": runs,
+        **smc_settings(s, population, runs),
         "steps": [int(o.steps) for o in outputs],
         "resamplings": [int(o.resamplings) for o in outputs],
         "final_ess": [float(e.ess / e.num_samples) for e in estimates],
