@@ -128,6 +128,7 @@ def markdown(summary: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed … first-seed + seeds − 1")
     parser.add_argument("--targets", nargs="*", default=list(TARGETS))
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further mcd estimate options")
     parser.add_argument("--output", type=Path, default=RESULTS / "calibration_cpu.json")
@@ -138,7 +139,7 @@ def main() -> None:
         print(markdown(summarise(data["cells"])))
         return
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra)})
-    for seed in range(args.seeds):  # seeds outermost: a partial study covers every target
+    for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target
         for target in args.targets:
             key = f"{Path(target).stem}@{seed}"
             if key in out:

@@ -104,7 +104,8 @@ def run_mcd(target, args, seed: int) -> dict:
     rec = run.execute(plan).as_dict()
     seconds = time.perf_counter() - t0
     return {"log_z": rec["log_z"], "error": rec["error"], "stderr": rec["log_z_stderr"],
-            "stderr_method": rec["log_z_stderr_method"], "status": rec["status"],
+            "stderr_method": rec["log_z_stderr_method"], "status": rec["status"], "reasons": rec["reasons"],
+            "stationarity_z": rec["smc"].get("stationarity_z"),
             "steps": rec["steps"], "resamplings": rec["smc"]["resamplings"][0],
             "mean_acceptance": rec["smc"]["mean_acceptance"], "seconds": seconds}
 
@@ -122,9 +123,10 @@ def render(path: Path) -> str:
     for s in data["sessions"]:
         m = s["machine"]
         lines.append(
-            f"- `{s['command']}`  \n  {m['cpu_model']}, {m['cpu_count']} cores (pinned to one, shared with "
-            f"other jobs), load average at start {', '.join(f'{v:.1f}' for v in m['load_average_at_start'])}; "
-            f"JAX {m['jax']} ({m['backend']}); commit `{(m['git_commit'] or '')[:10]}`; {m['date']}"
+            f"- `{s['command']}`  \n  {m['cpu_model']}, {m['cpu_count']} cores ({m.get('cpu_affinity', '?')} "
+            f"usable by the run), load average at start {', '.join(f'{v:.1f}' for v in m['load_average_at_start'])}; "
+            f"JAX {m['jax']} ({m['backend']}{': ' + ', '.join(m['devices']) if m['backend'] != 'cpu' else ''}); "
+            f"commit `{(m['git_commit'] or '')[:10]}`; {m['date']}"
         )
     lines += ["", f"Settings: `{json.dumps(data['settings'])}`", "",
               "| target | d | seeds | BlackJAX RMSE | mcd RMSE | ratio | BlackJAX median s | mcd median s "
@@ -133,7 +135,7 @@ def render(path: Path) -> str:
     pooled = {"ok": [0, 0], "all": [0, 0]}
     for (target, dim), methods in sorted(groups.items()):
         bj, mc = methods.get("blackjax", []), methods.get("mcd", [])
-        n = min(len(bj), len(mc))
+        n = min(len(bj), len(mc)) if bj else len(mc)
         if n == 0:
             continue
 
@@ -152,7 +154,7 @@ def render(path: Path) -> str:
         r_bj, r_mc = rmse(bj), rmse(mc)
         lines.append(
             f"| {target} | {dim[1:]} | {n} | {r_bj:.3f} | {r_mc:.3f} | {r_mc / r_bj:.2f} | "
-            f"{np.median([c['seconds'] for c in bj]):.1f} | {np.median([c['seconds'] for c in mc]):.1f} | "
+            f"{np.median([c['seconds'] for c in bj]) if bj else float('nan'):.3g} | {np.median([c['seconds'] for c in mc]):.3g} | "
             f"{np.median([c['steps'] for c in mc]):.0f} | {'/'.join(map(str, counts))} | "
             f"{covered(ok)}/{len(ok)} | {covered(mc)}/{len(mc)} |"
         )
@@ -179,6 +181,8 @@ def main() -> None:
     parser.add_argument("--bj-step-size", type=float, default=0.2)
     parser.add_argument("--max-steps", type=int, default=1000)
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--methods", nargs="+", default=["blackjax", "mcd"], choices=["blackjax", "mcd"],
+                        help="which samplers to run (mcd alone: a coverage study of its standard error)")
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()
     if args.render:
@@ -196,6 +200,8 @@ def main() -> None:
             target = load_target(name, {"dim": str(dim)})
             for seed in range(args.seeds):
                 for method, fn in (("blackjax", run_blackjax), ("mcd", run_mcd)):
+                    if method not in args.methods:
+                        continue
                     key = f"{name}/d{dim}/{method}/seed{seed}"
                     if key in results:
                         continue

@@ -90,25 +90,33 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--target", default="gmm8")
+    parser.add_argument("--unrolls", type=int, nargs="*", default=[1, 4], help="unrolls of the one-update-per-call timers")
+    parser.add_argument("--chunk-unrolls", type=int, nargs="*", default=[1], help="unrolls of the chunked-loop timers")
+    parser.add_argument("--no-logvar", dest="logvar", action="store_false", help="skip the log-variance loss timers")
     parser.add_argument("--output", type=Path, default=RESULTS / "training_step_cpu.json")
     args = parser.parse_args()
     target = load_target(args.target, {"dim": args.dim})
     out = ResultFile(args.output, "training_step", {k: str(v) for k, v in vars(args).items()})
     timers = {}
     for est in ESTIMATORS:
-        for unroll in (1, 4):
+        for unroll in args.unrolls:
             tconf = TrainConfig(batch_size=args.batch_size)
             timers[(est, f"unroll{unroll}", "elbo", "single")] = Single(target, variant(est, args.dim, args.steps, unroll), tconf)
-        sconf = variant(est, args.dim, args.steps, 1)
-        timers[(est, "unroll1", "elbo", "chunk50")] = Chunked(target, sconf, TrainConfig(batch_size=args.batch_size, chunk=50))
-        if est.startswith("ula"):
+        for unroll in args.chunk_unrolls:
+            sconf = variant(est, args.dim, args.steps, unroll)
+            timers[(est, f"unroll{unroll}", "elbo", "chunk50")] = Chunked(target, sconf, TrainConfig(batch_size=args.batch_size, chunk=50))
+        if est.startswith("ula") and args.logvar:
             tconf = TrainConfig(batch_size=args.batch_size, objective="logvar")
-            timers[(est, "unroll1", "logvar", "single")] = Single(target, sconf, tconf)
-        log(f"compiled {est}")
+            timers[(est, "unroll1", "logvar", "single")] = Single(target, variant(est, args.dim, args.steps, 1), tconf)
+        log(f"compiled {est}: " + ", ".join(f"{'/'.join(k[1:])} {t.compile_seconds:.1f} s" for k, t in timers.items() if k[0] == est))
     times = {k: [] for k in timers}
     for _ in range(args.repeats):
         for key, timer in timers.items():
             times[key].append(1e3 * timer.run(args.updates) / args.updates)
+        save(out, args, timers, times)  # after every round: a time-boxed run keeps what it measured
+
+
+def save(out, args, timers, times) -> None:
     rows = []
     for (est, unroll, loss, loop), values in times.items():
         rows.append(
@@ -121,17 +129,26 @@ def main() -> None:
         log(f"{est:8s} {unroll:8s} {loss:7s} {loop:8s} {statistics.median(values):8.2f} ms")
     med = {(r["estimator"], r["unroll"], r["loss"], r["loop"]): r["ms_per_update_median"] for r in rows}
     ratios = {}
+
+    def ratio(name, a, b):
+        if a in med and b in med:
+            ratios[name] = med[a] / med[b]
+
     for est in ESTIMATORS:
-        ratios[f"{est} unroll4/unroll1"] = med[(est, "unroll4", "elbo", "single")] / med[(est, "unroll1", "elbo", "single")]
-        ratios[f"{est} chunk50/single"] = med[(est, "unroll1", "elbo", "chunk50")] / med[(est, "unroll1", "elbo", "single")]
-        if est.startswith("ula"):
-            ratios[f"{est} logvar/elbo"] = med[(est, "unroll1", "logvar", "single")] / med[(est, "unroll1", "elbo", "single")]
+        ratio(f"{est} unroll4/unroll1", (est, "unroll4", "elbo", "single"), (est, "unroll1", "elbo", "single"))
+        for u in args.chunk_unrolls:
+            ratio(f"{est} chunk50/single (unroll{u})", (est, f"unroll{u}", "elbo", "chunk50"), (est, f"unroll{u}", "elbo", "single"))
+        ratio(f"{est} chunk50 unroll4/single unroll1", (est, "unroll4", "elbo", "chunk50"), (est, "unroll1", "elbo", "single"))
+        ratio(f"{est} logvar/elbo", (est, "unroll1", "logvar", "single"), (est, "unroll1", "elbo", "single"))
     for name in ("ula-mcd", "uha-mcd"):
         base = name.split("-")[0]
-        ratios[f"{name}/{base} (elbo, unroll1)"] = med[(name, "unroll1", "elbo", "single")] / med[(base, "unroll1", "elbo", "single")]
+        for u in args.unrolls:
+            ratio(f"{name}/{base} (elbo, unroll{u}, single)", (name, f"unroll{u}", "elbo", "single"), (base, f"unroll{u}", "elbo", "single"))
+        for u in args.chunk_unrolls:
+            ratio(f"{name}/{base} (elbo, unroll{u}, chunk50)", (name, f"unroll{u}", "elbo", "chunk50"), (base, f"unroll{u}", "elbo", "chunk50"))
     for k, v in ratios.items():
         log(f"{k}: {v:.2f}")
-    out.add("rows", {"rows": rows})
+    out.add("rows", {"rows": rows, "repeats_done": min(len(v) for v in times.values())})
     out.add("ratios", ratios)
     out.save()
 

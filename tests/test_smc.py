@@ -204,6 +204,39 @@ def test_step_size_adapts_towards_the_target_acceptance(name):
     np.testing.assert_allclose(pop.refine.inv_mass, SCALE**2, rtol=0.25)
 
 
+@jax.jit
+def _stationarity(key, scale):
+    """The stationarity test on 4,000 particles drawn from N(μ, (scale·σ)²) instead of N(μ, σ²)."""
+    config = SamplerConfig(backward="ais", refine="hmc", leapfrog=3)
+    evaluate = jax.value_and_grad(TARGET.log_density)
+    num = 4000
+    k0, k1 = jax.random.split(key)
+    x = LOC + scale * SCALE * jax.random.normal(k0, (num, DIM))
+    value, grad = jax.vmap(evaluate)(x)
+    pop = smc.Population(
+        ULAState(x, value, grad), jnp.zeros(num), jnp.zeros(()), jnp.arange(num),
+        jnp.zeros((), jnp.int32), RefineParams(jnp.asarray(0.5), jnp.ones(DIM)),
+    )
+    return smc.stationarity(pop, k1, hmc.KERNEL, PATH, evaluate, config)
+
+
+def _stationarity_z(scale: float, seed: int) -> float:
+    return float(_stationarity(jax.random.key(seed), jnp.float32(scale))[1])
+
+
+def test_stationarity_test_passes_exact_draws_and_flags_a_population_off_equilibrium():
+    # Exact draws of γ: z is a standard-normal-like statistic; over 5 seeds none passes 3.
+    zs = [_stationarity_z(1.0, seed) for seed in range(5)]
+    assert all(abs(z) < stats.STATIONARITY_WARN for z in zs), zs
+    # A population 0.7× too narrow (as after tempering whose moves did not reach the tails): the
+    # extra moves widen it, log γ falls, and the test says so.
+    assert _stationarity_z(0.7, 0) < -3 * stats.STATIONARITY_WARN
+    e = stats.Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
+    flagged = stats.stationarity_verdict(e, -0.5, -4.0)
+    assert flagged.status.value == "warn" and "not at equilibrium" in flagged.reasons[-1]
+    assert stats.stationarity_verdict(e, 0.01, 2.9) is e
+
+
 def test_next_beta_hits_the_target_conditional_ess():
     key = jax.random.key(2)
     log_like = 5.0 * jax.random.normal(key, (1000,))
@@ -257,6 +290,23 @@ def test_collapsed_genealogies_take_the_standard_error_from_the_populations_spre
     # Fewer populations than MIN_POPULATIONS: no standard error at all.
     few = stats.merge_runs(runs[: stats.MIN_POPULATIONS - 1])
     assert few.log_z_stderr is None and few.log_z_stderr_method == "none" and few.status.value == "unreliable"
+
+
+def test_fewer_populations_than_the_minimum_cap_a_genealogy_verdict_at_warn():
+    # A healthy single run that never resampled: mild weights, genealogy SE, `ok`.
+    rng = np.random.default_rng(0)
+    one = stats.smc_estimate(-1.0, 0.1 * rng.normal(size=256), np.arange(256), 0)
+    assert one.status.value == "ok" and one.log_z_stderr_method == "smc-genealogy"
+    for j in range(1, stats.MIN_POPULATIONS):
+        capped = stats.population_verdict(one, j)
+        assert capped.status.value == "warn" and f"{j} SMC population" in capped.reasons[-1]
+        assert capped.log_z == one.log_z and capped.log_z_stderr == one.log_z_stderr
+    assert stats.population_verdict(one, stats.MIN_POPULATIONS) is one
+    # Replicate SEs and unreliable verdicts are left as they are.
+    collapsed = stats.merge_runs([_collapsed(v) for v in np.log([0.8, 1.1, 0.9, 1.3])])
+    assert stats.population_verdict(collapsed, 1) is collapsed
+    dead = _collapsed(0.0)
+    assert stats.population_verdict(dead, 1) is dead
 
 
 def test_a_spread_beyond_the_genealogy_error_replaces_it_with_a_warning():

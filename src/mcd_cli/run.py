@@ -19,7 +19,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import jax
 
@@ -28,7 +28,10 @@ import numpy as np
 from mcd_cli import annealing, checkpoint, devices, objectives, smc
 from mcd_cli.config import ESTIMATION_FIELDS, SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, UsageError
-from mcd_cli.stats import combine_estimates, merge_runs, mixing_verdict, smc_estimate, summarize, summarize_weights
+from mcd_cli.stats import (
+    combine_estimates, merge_runs, mixing_verdict, population_verdict, smc_estimate, stationarity_verdict, summarize,
+    summarize_weights,
+)
 from mcd_cli.kernels import registry
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
@@ -825,6 +828,20 @@ def estimate_smc(
     )
 
 
+def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float]]:
+    """The populations' stationarity tests (`smc.stationarity`) pooled: the mean drift of log γ
+    over the populations and its z score (their standard errors combined as independent); None
+    when the runs made no refinement moves."""
+    if outputs[0].drift is None:
+        return None
+    m = np.array([float(o.drift[0]) for o in outputs])
+    z = np.array([float(o.drift[1]) for o in outputs])
+    se = np.where(z != 0, np.abs(m / np.where(z != 0, z, 1.0)), 0.0)
+    pooled_se = math.sqrt(float(np.sum(se * se))) / len(m)
+    mean = float(np.mean(m))
+    return mean, (mean / pooled_se if pooled_se > 0 else 0.0)
+
+
 def estimate_populations(
     s: SamplerConfig,
     population: int,
@@ -878,6 +895,10 @@ def estimate_populations(
         corr = corr[np.isfinite(corr)]
         mixing = float(np.median(corr)) if corr.size else None
         merged = mixing_verdict(merged, mixing)
+    merged = population_verdict(merged, runs)
+    drift = stationarity_of(outputs)
+    if drift is not None:
+        merged = stationarity_verdict(merged, *drift)
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
     acceptance = acceptance[np.isfinite(acceptance)]
     diagnostics = {
@@ -894,6 +915,8 @@ def estimate_populations(
         "step_size": [float(v) for v in first.trace.step_size[:k]],
         "move_correlation": [float(v) for v in first.trace.correlation[:k]] if s.adaptive else None,
         "median_move_correlation": mixing,
+        "stationarity_drift": None if drift is None else drift[0],
+        "stationarity_z": None if drift is None else drift[1],
         "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
         "log_z_is": None,
         "log_z_is_stderr": None,
