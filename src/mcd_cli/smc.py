@@ -317,8 +317,8 @@ def stationarity(
     populations sees (each population is biased alike). The extra moves change nothing else:
     log Ẑ, the weights and the genealogy are those of the run.
     `se = sqrt(Σ w_i² (Δ_i − m)²)` treats the particles as independent; duplicates from the last
-    resampling could make it somewhat small; measured on well-mixed runs, |z| stayed below 1.5
-    (docs/method.md), and `stats.STATIONARITY_WARN` is 3.
+    resampling could make it somewhat small; on runs that were right and on exact draws |z|
+    stayed below 2.5 (docs/method.md), and `stats.STATIONARITY_WARN` is 3.
     """
     extra = dataclasses.replace(config, refine_steps=STATIONARITY_MOVES)
     moved, _, _ = refine_population(pop, key, jnp.ones((), pop.log_w.dtype), kernel, path, evaluate, extra, True, sharding)
