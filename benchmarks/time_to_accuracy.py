@@ -48,7 +48,13 @@ def one(target, loss: str, seed: int, args) -> dict:
     while state.iteration < tconf.iterations:
         block = dataclasses.replace(tconf, iterations=min(state.iteration + args.every, tconf.iterations))
         t0 = time.perf_counter()
-        result = training.fit(state, fitted, sconf, block, update=chunk)
+        try:
+            result = training.fit(state, fitted, sconf, block, update=chunk)
+        except training.TrainingDiverged as err:  # a diverged run never gets there: recorded, not fatal
+            log(f"  {target.name} {loss} seed {seed}: {err}")
+            trace.append({"iteration": state.iteration, "seconds": seconds + time.perf_counter() - t0,
+                          "error": None, "status": "diverged", "message": str(err)})
+            break
         seconds += time.perf_counter() - t0
         state = result.state
         log_w = annealing.sample_log_weights(key_estimate, state.params, fitted, sconf, args.samples, 1024)
@@ -58,7 +64,7 @@ def one(target, loss: str, seed: int, args) -> dict:
         log(f"  {target.name} {loss} seed {seed} it {state.iteration}: error {error:+.3f} ({est.status.value}) {seconds:.0f} s")
     reached = math.inf
     for a, b in zip(trace, trace[1:] + [trace[-1]]):
-        if abs(a["error"]) < args.tolerance and abs(b["error"]) < args.tolerance:
+        if all(c["error"] is not None and abs(c["error"]) < args.tolerance for c in (a, b)):
             reached = a["seconds"]
             break
     return {"trace": trace, "seconds_to_tolerance": reached, "start_seconds": begin.seconds}
