@@ -70,6 +70,12 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
     return {k: rec.get(k) for k in keep}
 
 
+def median_abs_error(runs: list) -> "float | None":
+    """The median |error| over the runs that finished (failed runs have none)."""
+    errors = sorted(abs(r["error"]) for r in runs if r.get("error") is not None)
+    return errors[len(errors) // 2] if errors else None
+
+
 def summarise(cells: dict) -> dict:
     by_target: dict = {}
     for key, cell in cells.items():
@@ -93,7 +99,7 @@ def summarise(cells: dict) -> dict:
         rows.append({
             "target": target, "runs": len(runs), "ok": len(ok), "covered": len(covered), "coverage": len(covered) / len(ok) if ok else None,
             "coverage_95": [lo, hi], "not_ok_fraction": len(not_ok) / len(runs), "failed": len(failed),
-            "median_abs_error": sorted(abs(r["error"]) for r in runs if "error" in r)[len(runs) // 2] if runs else None,
+            "median_abs_error": median_abs_error(runs),
         })
         pooled["ok"] += len(ok)
         pooled["covered"] += len(covered)
@@ -112,7 +118,7 @@ def markdown(summary: dict) -> str:
     for r in summary["targets"]:
         cov = "—" if r["coverage"] is None else f"{r['covered']}/{r['ok']} = {r['coverage']:.0%}"
         ci = "—" if r["coverage"] is None else f"{r['coverage_95'][0]:.0%}–{r['coverage_95'][1]:.0%}"
-        lines.append(f"| {Path(r['target']).stem} | {r['runs']} | {r['ok']} | {cov} | {ci} | {r['not_ok_fraction']:.0%} | {r['median_abs_error']:.3g} |")
+        lines.append(f"| {Path(r['target']).stem} | {r['runs']} | {r['ok']} | {cov} | {ci} | {r['not_ok_fraction']:.0%} | {'—' if r['median_abs_error'] is None else format(r['median_abs_error'], '.3g')} |")
     p = summary["pooled"]
     cov = "—" if p["coverage"] is None else f"{p['covered']}/{p['ok']} = {p['coverage']:.1%}"
     ci = "—" if p["coverage"] is None else f"{p['coverage_95'][0]:.1%}–{p['coverage_95'][1]:.1%}"
