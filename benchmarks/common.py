@@ -147,3 +147,9 @@ class ResultFile:
 def log(message: str) -> None:
     """Progress on stderr (results go to the JSON file)."""
     print(message, file=sys.stderr, flush=True)
+
+
+def write_rendered(result_path: Path, text: str) -> None:
+    """A result file's rendered table beside it (`.md`), and on stdout."""
+    result_path.with_suffix(".md").write_text(text)
+    print(text)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from common import RESULTS, ResultFile, log  # noqa: E402
+from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
 
 OUTPUT = RESULTS / "learned_smc.json"
 
@@ -111,9 +111,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()
     if args.render:
-        text = render(args.output)
-        args.output.with_suffix(".md").write_text(text)
-        print(text)
+        write_rendered(args.output, render(args.output))
         return
     for config in args.configs:
         options(config)

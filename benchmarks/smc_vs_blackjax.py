@@ -37,7 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common import RESULTS, ResultFile, log  # noqa: E402
+from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
 from mcd_cli import run  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
@@ -186,9 +186,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()
     if args.render:
-        text = render(args.output)
-        args.output.with_suffix(".md").write_text(text)
-        print(text)
+        write_rendered(args.output, render(args.output))
         return
     names = ("particles", "moves", "leapfrog", "target_ess", "bj_step_size", "max_steps")
     settings = {k: getattr(args, k) for k in names}

@@ -112,15 +112,7 @@ def validate(plan: PerDatumPlan) -> None:
             "--step-size NUMBER and are learned over the data: give a number"
         )
     if s.smc:
-        if plan.particles is not None and plan.particles < 2:
-            raise UsageError(f"--particles must be at least 2 (an SMC population), got {plan.particles}")
-        if plan.population < 2:
-            raise UsageError(f"SMC needs at least 2 particles per datum, got --samples {plan.num_samples}")
-        if plan.num_samples % plan.population:
-            raise UsageError(
-                f"--samples {plan.num_samples} is not a multiple of --particles {plan.population}: SMC "
-                "runs whole populations; make --samples a multiple of --particles"
-            )
+        run.validate_populations(plan.num_samples, plan.particles, plan.population, per=" per datum")
     elif plan.particles is not None:
         raise UsageError("--particles sets the SMC population size; add --resample, --refine or --schedule adaptive, or drop it")
     if plan.amortise and s.context_dim != plan.target.context_dim:

@@ -344,6 +344,20 @@ def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None
         )
 
 
+def validate_populations(num_samples: int, particles: Optional[int], population: int, per: str = "") -> None:
+    """`--samples` split into whole SMC populations of at least 2 particles, or one clear error.
+    `per` qualifies the sample count in the message (" per datum")."""
+    if particles is not None and particles < 2:
+        raise UsageError(f"--particles must be at least 2 (an SMC population), got {particles}")
+    if population < 2:
+        raise UsageError(f"SMC needs at least 2 particles{per}, got --samples {num_samples}")
+    if num_samples % population:
+        raise UsageError(
+            f"--samples {num_samples} is not a multiple of --particles {population}: SMC "
+            "runs whole populations; make --samples a multiple of --particles"
+        )
+
+
 def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool = True) -> None:
     """Everything that can fail before training, checked before training.
 
@@ -366,15 +380,7 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
                 "use --init target, laplace or vi"
             )
     if plan.sconf.smc:
-        if plan.particles is not None and plan.particles < 2:
-            raise UsageError(f"--particles must be at least 2 (an SMC population), got {plan.particles}")
-        if plan.population < 2:
-            raise UsageError(f"SMC needs at least 2 particles, got --samples {plan.num_samples}")
-        if plan.num_samples % plan.population:
-            raise UsageError(
-                f"--samples {plan.num_samples} is not a multiple of --particles {plan.population}: SMC "
-                "runs whole populations; make --samples a multiple of --particles"
-            )
+        validate_populations(plan.num_samples, plan.particles, plan.population)
         if plan.sconf.adaptive and plan.load is not None:
             raise UsageError("--schedule adaptive uses no trained kernels, so --load does not apply; drop one")
     objective = objectives.OBJECTIVES.get(plan.tconf.objective)
