@@ -61,6 +61,8 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
     from mcd_cli.cli import app
 
     result = CliRunner().invoke(app, ["estimate", target, "--seed", str(seed), "--json", "--quiet", *extra])
+    if result.exit_code == 130:  # interrupted (Ctrl-C, SIGTERM): stop the study, record nothing
+        raise SystemExit(130)
     if result.exit_code not in (0, 3):
         return {"failed": result.exit_code, "message": (result.stderr or "").strip()[-300:]}
     rec = json.loads(result.stdout.strip().splitlines()[-1])

@@ -41,7 +41,7 @@ fi
 
 g() { if [ "$CPUS" -ge 8 ]; then taskset -c 0-3 "$@"; else "$@"; fi; }
 echo "A $(date -u +%T)" >> "$RES/progress.txt"
-g timeout -k 5 "$(box 150)" python3 benchmarks/training_step.py --dim $D --repeats 5 --unrolls 1 --chunk-unrolls 4 \
+g timeout -k 5 "$(box 150)" python3 benchmarks/training_step.py --dim $D --repeats 5 --unrolls 1 --chunk-unrolls 4 --per-step-backward \
   --no-logvar --output "$RES/training_step_gpu.json" > "$RES/A.log" 2>&1
 echo "A2 $(date -u +%T)" >> "$RES/progress.txt"
 g timeout -k 5 "$(box 80)" python3 benchmarks/training_step.py --dim $D --batch-size 1024 --repeats 3 --unrolls \

@@ -5,7 +5,9 @@ in one process and interleaved (so that machine load hits every variant alike):
 
 - the single jitted update (`training.make_update`, one call per update) with `unroll` 1 and 4;
 - the ELBO against the log-variance loss on fixed trajectories (ULA kernels only);
-- the chunked loop (`training.make_train_chunk`, 50 updates per call) against one update per call.
+- the chunked loop (`training.make_train_chunk`, 50 updates per call) against one update per call;
+- with `--per-step-backward`, MCD's chunked loop with the backward network scored inside the scan
+  (`TrainConfig.batch_backward=False`) beside the default batched call.
 
 Compile time (the first call) is reported apart. Steady state: after one warm-up call, `--repeats`
 blocks of `--updates` updates each; medians over blocks and the ratio of medians.
@@ -93,6 +95,9 @@ def main() -> None:
     parser.add_argument("--unrolls", type=int, nargs="*", default=[1, 4], help="unrolls of the one-update-per-call timers")
     parser.add_argument("--chunk-unrolls", type=int, nargs="*", default=[1], help="unrolls of the chunked-loop timers")
     parser.add_argument("--no-logvar", dest="logvar", action="store_false", help="skip the log-variance loss timers")
+    parser.add_argument("--per-step-backward", action="store_true",
+                        help="also time the MCD chunked loop with the backward network inside the scan "
+                             "(TrainConfig.batch_backward=False), the form before it was batched")
     parser.add_argument("--output", type=Path, default=RESULTS / "training_step_cpu.json")
     args = parser.parse_args()
     target = load_target(args.target, {"dim": args.dim})
@@ -105,6 +110,9 @@ def main() -> None:
         for unroll in args.chunk_unrolls:
             sconf = variant(est, args.dim, args.steps, unroll)
             timers[(est, f"unroll{unroll}", "elbo", "chunk50")] = Chunked(target, sconf, TrainConfig(batch_size=args.batch_size, chunk=50))
+            if args.per_step_backward and est.endswith("mcd"):
+                tconf = TrainConfig(batch_size=args.batch_size, chunk=50, batch_backward=False)
+                timers[(est, f"unroll{unroll}", "elbo", "chunk50-per-step-backward")] = Chunked(target, sconf, tconf)
         if est.startswith("ula") and args.logvar:
             tconf = TrainConfig(batch_size=args.batch_size, objective="logvar")
             timers[(est, "unroll1", "logvar", "single")] = Single(target, variant(est, args.dim, args.steps, 1), tconf)
@@ -146,6 +154,10 @@ def save(out, args, timers, times) -> None:
             ratio(f"{name}/{base} (elbo, unroll{u}, single)", (name, f"unroll{u}", "elbo", "single"), (base, f"unroll{u}", "elbo", "single"))
         for u in args.chunk_unrolls:
             ratio(f"{name}/{base} (elbo, unroll{u}, chunk50)", (name, f"unroll{u}", "elbo", "chunk50"), (base, f"unroll{u}", "elbo", "chunk50"))
+            ratio(f"{name}/{base} (elbo, unroll{u}, chunk50, per-step backward)",
+                  (name, f"unroll{u}", "elbo", "chunk50-per-step-backward"), (base, f"unroll{u}", "elbo", "chunk50"))
+            ratio(f"{name} batched/per-step backward (unroll{u}, chunk50)",
+                  (name, f"unroll{u}", "elbo", "chunk50"), (name, f"unroll{u}", "elbo", "chunk50-per-step-backward"))
     for k, v in ratios.items():
         log(f"{k}: {v:.2f}")
     out.add("rows", {"rows": rows, "repeats_done": min(len(v) for v in times.values())})

@@ -117,7 +117,7 @@ def test_bundled_name_with_param_and_stdin_target(mcd):
 
 def test_repeats_report_mean_and_standard_error(mcd, gauss_yaml):
     # Enough steps and samples for a trustworthy verdict: an unreliable one withholds the SE.
-    settings = ["--steps", "8", "--samples", "1024", "--backward", "ais", "--iterations", "0"]
+    settings = ["--steps", "8", "--samples", "1024", "--backward", "ais", "--iterations", "0", "--resample", "0"]
     code, out, err = mcd(["estimate", gauss_yaml, *settings, "--repeats", "3", "--json"])
     assert code == 0, err
     (rec,) = records(out)
@@ -316,6 +316,9 @@ def test_load_rejects_files_that_do_not_fit(mcd, gauss_yaml, tmp_path):
 
 def test_dry_run_checks_without_running(mcd, gauss_yaml):
     code, out, err = mcd(["estimate", gauss_yaml, "--dry-run"])
+    assert code == 0, err
+    assert out.startswith("ok: ULA-MCD+SMC K=")  # the command line estimates by SMC by default
+    code, out, err = mcd(["estimate", gauss_yaml, "--dry-run", "--resample", "0"])
     assert code == 0, err
     assert out.startswith("ok: ULA-MCD K=")
 

@@ -39,6 +39,23 @@ def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
     assert smc["median_move_correlation"] < 0.3
 
 
+def test_the_default_estimate_is_trained_kernels_inside_smc_with_hmc_moves(mcd, gauss_yaml):
+    code, out, err = mcd(["estimate", gauss_yaml, "--steps", "4", "--iterations", "20", "--samples", "1024", "--json"])
+    assert code == 0, err
+    (rec,) = records(out)
+    assert rec["label"] == "ULA-MCD+SMC" and rec["config"]["resample"] == 0.5 and rec["config"]["refine"] == "hmc"
+    smc = rec["smc"]
+    assert smc["populations"] == 8 and smc["particles"] == 128 and smc["refine"] == "hmc"
+    assert rec["log_z_is"] is not None  # importance sampling of the same kernels, beside
+    assert rec["status"] != "unreliable" and rec["log_z_stderr"] > 0, rec["reasons"]
+    assert abs(rec["error"]) < 4 * rec["log_z_stderr"] + 0.05
+    # --resample 0 is the paper's importance sampling, and so is --preset paper.
+    for args in (["--resample", "0"], ["--preset", "paper"]):
+        code, out, err = mcd(["estimate", gauss_yaml, *args, "--dry-run", "--json"])
+        assert code == 0, err
+        assert records(out)[-1]["sampler_config"]["resample"] == 0.0
+
+
 @pytest.mark.slow
 def test_trained_kernels_inside_smc_report_the_importance_sampling_estimate_beside(mcd, gauss_yaml):
     code, out, err = mcd(["estimate", gauss_yaml, *NO_TRAIN, "--resample", "0.9", "--refine", "mala",
@@ -51,7 +68,7 @@ def test_trained_kernels_inside_smc_report_the_importance_sampling_estimate_besi
     "extra, needle",
     [
         (["--schedule", "adaptive", "--steps", "8"], "--steps does not apply to --schedule adaptive"),
-        (["--schedule", "adaptive"], "--refine"),
+        (["--schedule", "adaptive", "--refine", "none"], "--refine"),
         (["--schedule", "linear", "--learn-schedule"], "contradicts --learn-schedule"),
         (["--resample", "1.5"], "--resample must lie in [0, 1]"),
         (["--resample", "0.5", "--particles", "48"], "not a multiple of --particles"),

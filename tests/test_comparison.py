@@ -133,7 +133,7 @@ def test_models_get_independent_keys_estimate_reproduces_each_and_load_replays_t
     saved = []
     for i, rec in enumerate((first, second)):
         path = tmp_path / f"m{i}.npz"
-        args = ["estimate", rec["target_spec"], *NO_TRAIN, "--model-index", i]
+        args = ["estimate", rec["target_spec"], *NO_TRAIN, "--resample", "0", "--model-index", i]  # compare: IS
         args += ["--save", path, "--json", "-q"]
         if i == 0 and importlib.util.find_spec("matplotlib") is not None:
             args += ["--plot", tmp_path / "m0.png"]

@@ -347,9 +347,9 @@ def test_cli_per_datum_smc_from_the_encoder_matches_the_closed_form(mcd, target_
     "args, message",
     [
         (["--resample", "0.5", "--samples", "100", "--particles", "30"], "not a multiple of --particles"),
-        (["--particles", "32"], "--particles sets the SMC population size"),
+        (["--resample", "0", "--particles", "32"], "--particles sets the SMC population size"),
         (["--schedule", "adaptive", "--refine", "hmc", "--steps", "4"], "--steps does not apply"),
-        (["--schedule", "adaptive"], "refine must be mala or hmc"),
+        (["--schedule", "adaptive", "--refine", "none"], "refine must be mala or hmc"),
     ],
 )
 def test_cli_bad_per_datum_smc_options_exit_2(mcd, target_file, args, message):

@@ -299,10 +299,13 @@ def test_hostile_target_parameters_in_real_runs(loc, dim):
 
 
 def test_dimension_too_large_for_memory_is_refused_before_starting(mcd, gauss_yaml):
-    code, out, err = mcd(["estimate", gauss_yaml, "--param", "dim=1000000"])
+    code, out, err = mcd(["estimate", gauss_yaml, "--param", "dim=1000000", "--resample", "0"])
     assert code == 2 and out == ""
     line = one_line_error(err)
     assert "not enough memory" in line and "--batch-size" in line
+    code, out, err = mcd(["estimate", gauss_yaml, "--param", "dim=1000000"])  # the default SMC estimate
+    assert code == 2 and out == ""
+    assert "not enough memory" in one_line_error(err)
 
 
 # --------------------------------------------------------------------------------------------

@@ -286,6 +286,15 @@ def test_collapsed_genealogies_take_the_standard_error_from_the_populations_spre
     z = np.exp(log_z)
     assert merged.log_z == pytest.approx(math.log(z.mean()), abs=1e-12)
     assert merged.log_z_stderr == pytest.approx(np.std(z / z.mean(), ddof=1) / math.sqrt(8), rel=1e-12)
+    # Each Ẑ_j rests on one ancestor: the spread is reported, but cannot make the run `ok`.
+    assert merged.log_z_stderr_method == "replicates" and merged.status.value == "warn"
+    assert "8 of the 8 populations' genealogies collapsed" in merged.reasons[-1]
+    # Populations with healthy genealogies but no single-run SE (systematic resampling): their
+    # spread is a replicate SE, and the run stays `ok`.
+    log_w = np.random.default_rng(1).normal(size=1024)
+    healthy = [stats.smc_estimate(v, log_w, np.arange(1024), 1, multinomial=False) for v in log_z]
+    assert all(r.log_z_stderr is None and r.status.value == "warn" for r in healthy)
+    merged = stats.merge_runs(healthy)
     assert merged.log_z_stderr_method == "replicates" and merged.status.value == "ok"
     # Fewer populations than MIN_POPULATIONS: no standard error at all.
     few = stats.merge_runs(runs[: stats.MIN_POPULATIONS - 1])

@@ -3,8 +3,9 @@
 from conftest import records
 
 # Deliberately poor: two annealing steps and 64 samples on a 2-d Gaussian, no training.
-POOR = ["--steps", "2", "--samples", "64", "--backward", "ais", "--iterations", "0", "--seed", "0"]
-GOOD = ["--steps", "8", "--samples", "4096", "--backward", "ais", "--iterations", "0"]
+# Importance sampling (`--resample 0`): these check the delta-method verdict.
+POOR = ["--steps", "2", "--samples", "64", "--backward", "ais", "--iterations", "0", "--seed", "0", "--resample", "0"]
+GOOD = ["--steps", "8", "--samples", "4096", "--backward", "ais", "--iterations", "0", "--resample", "0"]
 
 
 def test_an_unreliable_estimate_has_no_standard_error_and_strict_exits_3_after_writing(mcd, gauss_yaml, tmp_path):

@@ -135,6 +135,7 @@ def log_weight(
     config: SamplerConfig,
     detach: bool = False,
     context: Optional[jax.Array] = None,
+    batch_backward: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Log importance weight and final position of one particle.
 
@@ -144,6 +145,12 @@ def log_weight(
 
     `context` (a datum's features, for an amortised score network) is handed to the backward
     kernel with every transition; None for an unconditional target.
+
+    With `batch_backward`, the scan over steps only moves the particle and stacks the K
+    transitions; the backward kernel then scores all K in one batched call (the same sum, in
+    another order). A learned backward kernel's network then runs as a few large operations
+    instead of a few small ones per step, which is what an accelerator needs (training; docs/
+    method.md, "Training"). It stores the K transitions, so it is not combined with `remat`.
     """
     est = registry.estimator(config.sampler, config.backward)
     forward, backward = est.forward, est.backward
@@ -164,8 +171,7 @@ def log_weight(
     state, log_w0 = forward.init(key_kernel, x0, log_target0, target_grad0, resolved)
     log_w0 = log_w0 - path.initial_log_density(x0)
 
-    def one_step(carry, inputs):
-        state, log_w = carry
+    def move(state, inputs):
         k, delta, beta, step_key = inputs
         if detach:
             state = jax.lax.stop_gradient(state)
@@ -174,6 +180,11 @@ def log_weight(
         )
         if context is not None:
             transition = transition._replace(context=context)
+        return state, log_forward, transition
+
+    def one_step(carry, inputs):
+        state, log_w = carry
+        state, log_forward, transition = move(state, inputs)
         log_backward = backward.log_density(params.backward, transition)
         return (state, log_w + log_backward - log_forward), None
 
@@ -183,7 +194,18 @@ def log_weight(
         path.betas[1:],
         jax.random.split(key_steps, config.steps),
     )
-    state, log_w = scan_steps(one_step, (state, log_w0), inputs, config.steps, config.remat, config.unroll)
+    if batch_backward and not config.remat:
+
+        def forward_only(carry, inputs):
+            state, log_w = carry
+            state, log_forward, transition = move(state, inputs)
+            return (state, log_w - log_forward), transition
+
+        unroll = max(1, min(config.unroll, config.steps))
+        (state, log_w), transitions = jax.lax.scan(forward_only, (state, log_w0), inputs, unroll=unroll)
+        log_w = log_w + jnp.sum(jax.vmap(lambda t: backward.log_density(params.backward, t))(transitions))
+    else:
+        state, log_w = scan_steps(one_step, (state, log_w0), inputs, config.steps, config.remat, config.unroll)
     if detach:
         state = jax.lax.stop_gradient(state)
     return log_w + forward.finish(state, resolved), state.position
@@ -197,16 +219,20 @@ def log_weights(
     num: int,
     detach: bool = False,
     sharding: Optional[NamedSharding] = None,
+    batch_backward: bool = False,
 ) -> jax.Array:
     """Log importance weights of `num` independent particles, shape `(num,)`.
 
     `sharding` (of the particle axis, `devices.Layout.particles`) splits the particles over its
-    mesh; the keys, hence the weights, are those of the unsharded call.
+    mesh; the keys, hence the weights, are those of the unsharded call. `batch_backward`: see
+    `log_weight`.
     """
     keys = jax.random.split(key, num)
     if sharding is not None:
         keys = jax.lax.with_sharding_constraint(keys, sharding)
-    log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config, detach))(keys)
+    log_w, _ = jax.vmap(
+        lambda k: log_weight(k, params, target, config, detach, batch_backward=batch_backward)
+    )(keys)
     return log_w
 
 

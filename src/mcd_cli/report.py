@@ -131,7 +131,7 @@ def warnings_for(rec: dict) -> list[str]:
 _SE_METHOD = {
     "delta": "delta method",
     "replicates": "spread over repeats",
-    "smc-genealogy": "SMC genealogy, one run",
+    "smc-genealogy": "SMC genealogy",
     "none": "no valid standard error",
 }
 
@@ -140,7 +140,8 @@ def smc_line(smc: dict) -> str:
     """The compact SMC line: schedule, steps, resamplings, final ESS/N, mean acceptance."""
     runs = len(smc["steps"])
     mean = lambda values: sum(values) / len(values)  # noqa: E731
-    steps = smc["steps"][0] if runs == 1 else f"{mean(smc['steps']):.1f} (mean of {runs} runs)"
+    same = len(set(smc["steps"])) == 1
+    steps = smc["steps"][0] if same else f"{mean(smc['steps']):.1f} (mean of {runs} runs)"
     text = (
         f"{smc['schedule']} schedule, K = {steps}, {mean(smc['resamplings']):.1f} resamplings "
         f"({smc['resampling']}, ESS/N < {smc['resample']:g}), final ESS/N {mean([e or 0.0 for e in smc['final_ess']]):.2f}"
@@ -203,7 +204,11 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
     )
     label = "log Ẑ" if rec["repeats"] == 1 else f"log Ẑ (mean of {rec['repeats']})"
     estimate = Text(fmt_log_z(rec["log_z"], rec["log_z_stderr"]), style="bold")
-    estimate.append(f"  ({_SE_METHOD.get(rec['log_z_stderr_method'], rec['log_z_stderr_method'])})", style="")
+    method = _SE_METHOD.get(rec["log_z_stderr_method"], rec["log_z_stderr_method"])
+    smc = rec.get("smc")
+    if rec["log_z_stderr_method"] == "replicates" and rec["repeats"] == 1 and smc and smc.get("populations", 1) > 1:
+        method = f"spread over the {smc['populations']} SMC populations"
+    estimate.append(f"  ({method})", style="")
     table.add_row(label, estimate)
     if rec.get("stderr_disagree"):
         table.add_row(

@@ -711,6 +711,17 @@ def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
             reasons = [f"population {i + 1}: {r}" for i, e in enumerate(estimates) for r in e.reasons
                        if "--resampling multinomial" not in r]
             reasons.append(f"standard error from the spread of the {j} independent populations")
+            collapsed = sum(e.status is Status.UNRELIABLE for e in estimates)
+            if collapsed:
+                # Each such Ẑ_j rests on a few initial ancestors, so the Ẑ_j are heavy-tailed and
+                # their spread over J populations is itself a rough, usually low, estimate (measured:
+                # gauss_narrow at d = 20, all 8 genealogies at 1-4 lineages, 1.85 nats off with a
+                # spread of 0.33; docs/method.md, "Several populations").
+                status = worst([status, Status.WARN])
+                reasons.append(
+                    f"{collapsed} of the {j} populations' genealogies collapsed, so their spread may "
+                    "understate the error; use more refinement moves (--refine-steps) or more particles per population"
+                )
     if headline is not None and headline > MAX_RELATIVE_STDERR:
         reasons.append(
             f"the populations' Ẑ scatter by {headline:.3g} of their mean: log Ẑ has no meaningful "

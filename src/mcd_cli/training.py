@@ -35,6 +35,7 @@ import optax
 from jax.sharding import NamedSharding
 
 from mcd_cli import annealing, objectives
+from mcd_cli.kernels import registry
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed
 from mcd_cli.targets.base import Target
@@ -102,15 +103,20 @@ def batch_loss(
     batch_size: int,
     objective: objectives.Objective,
     sharding: Optional[NamedSharding] = None,
+    batch_backward: bool = True,
 ) -> tuple[jax.Array, jax.Array]:
     """The objective of one batch of log weights, and the batch's log weights.
 
     `sharding` splits the batch's particles over its mesh (`devices.Layout.particles`); the
-    parameters stay replicated and XLA inserts the reduction of the batch mean.
+    parameters stay replicated and XLA inserts the reduction of the batch mean. With
+    `batch_backward` a learned backward kernel scores the K transitions in one call
+    (`annealing.log_weight`).
     """
     objective = objectives.as_objective(objective)
+    trainable = registry.estimator(sconf.sampler, sconf.backward).backward.trainable
     log_w = annealing.log_weights(
-        key, params, target, sconf, batch_size, detach=objective.detach, sharding=sharding
+        key, params, target, sconf, batch_size, detach=objective.detach, sharding=sharding,
+        batch_backward=batch_backward and trainable,
     )
     return objective(log_w), log_w
 
@@ -164,7 +170,7 @@ def _update_fn(
     objective = objectives.as_objective(objective or tconf.objective)
 
     def loss(params, key):
-        return batch_loss(params, key, target, sconf, tconf.batch_size, objective, sharding)
+        return batch_loss(params, key, target, sconf, tconf.batch_size, objective, sharding, tconf.batch_backward)
 
     return guarded_update(loss, tconf)
 

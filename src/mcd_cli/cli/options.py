@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from mcd_cli.config import (
-    ADAPTIVE_REFINE_STEPS, INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
+    ADAPTIVE_REFINE_STEPS, CLI_REFINE, CLI_RESAMPLE, INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
 )
 from mcd_cli.kernels import registry
 from mcd_cli.run import DEFAULT_SAMPLES
@@ -143,7 +143,7 @@ ResampleOpt = Annotated[
     typer.Option(
         "--resample",
         help="Resample the particles when ESS/N falls below this fraction (0: never, plain importance "
-        f"sampling; e.g. 0.5). (default: {_S.resample:g})",
+        f"sampling, the paper's estimator). (default: {CLI_RESAMPLE:g}; 0 with --preset paper)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
@@ -163,7 +163,7 @@ RefineOpt = Annotated[
     typer.Option(
         "--refine",
         help="Metropolis-corrected move that refines the particles at each β: none, mala or hmc. "
-        f"(default: {_S.refine})",
+        f"(default: {CLI_REFINE} when the run resamples or tempers adaptively, else none)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]

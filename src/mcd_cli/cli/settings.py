@@ -1,7 +1,7 @@
 """From parsed options to the library's settings, with one precedence, highest first:
 
-explicit flags, then the `--config` file, then `--preset`, then the library's defaults
-(`SamplerConfig()`, `TrainConfig()`, `RunPlan`). A --config file may also hold `target`, `param`
+explicit flags, then the `--config` file, then `--preset`, then the command line's SMC defaults
+(`estimation_defaults`), then the library's defaults (`SamplerConfig()`, `TrainConfig()`, `RunPlan`). A --config file may also hold `target`, `param`
 and any `SamplerConfig`/`TrainConfig` field, so a record's `config` reproduces its run.
 """
 
@@ -22,7 +22,7 @@ import yaml
 from mcd_cli import devices, safeyaml
 from mcd_cli.cli.app import one_line
 from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY
-from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
+from mcd_cli.config import CLI_REFINE, CLI_RESAMPLE, PRESETS, SamplerConfig, TrainConfig, hidden_for
 from mcd_cli.errors import UsageError
 from mcd_cli.run import DEFAULT_SAMPLES, RunPlan
 
@@ -132,8 +132,22 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
         for key, value in PRESETS[preset].items():
             if values.get(key) is None:
                 values[key] = value
+    estimation_defaults(values, names)
     start_runtime(values)  # before `auto` values ask JAX for its devices
     return _automatic(ctx, values)
+
+
+def estimation_defaults(values: dict, names: set) -> None:
+    """The command line's estimate is SMC (`CLI_RESAMPLE`, `CLI_REFINE`) where the command takes SMC
+    options and none of flags, --config or --preset chose otherwise: `--resample` defaults to
+    `CLI_RESAMPLE`, and `--refine` to `CLI_REFINE` when the run resamples or tempers adaptively
+    (`--resample 0` alone is plain importance sampling, as in the library)."""
+    if "resample" not in names:
+        return
+    if values.get("resample") is None:
+        values["resample"] = CLI_RESAMPLE
+    if values.get("refine") is None and (values["resample"] > 0 or values.get("schedule") == "adaptive"):
+        values["refine"] = CLI_REFINE
 
 
 def _whole(name: str, value: Any) -> Any:
