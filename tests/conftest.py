@@ -21,7 +21,11 @@ from mcd_cli.cli import app
 # Tiny settings: one compiled estimation of d = 2, K = 2 with AIS (no score network), by importance
 # sampling (`--resample 0`): the cheapest run, for tests of the command line's mechanics. The
 # default SMC estimate has its own tests (test_cli_smc.py).
-TINY = ["--steps", "2", "--hidden", "4", "--batch-size", "8", "--samples", "64", "--backward", "ais", "--resample", "0"]
+# `mcd compare` estimates by importance sampling and has no --resample; `mcd estimate` defaults
+# to SMC, so its tiny runs ask for importance sampling explicitly.
+TINY_COMPARE = ["--steps", "2", "--hidden", "4", "--batch-size", "8", "--samples", "64", "--backward", "ais"]
+NO_TRAIN_COMPARE = TINY_COMPARE + ["--iterations", "0"]
+TINY = TINY_COMPARE + ["--resample", "0"]
 NO_TRAIN = TINY + ["--iterations", "0"]
 
 GAUSS_YAML = """\

@@ -283,13 +283,21 @@ def test_save_then_load_reproduces_the_estimate(mcd, gauss_yaml, tmp_path):
     code, out, err = mcd(args + ["--save", model])
     assert code == 0, err
     (trained,) = records(out)
-    # The sampler settings come from the file; only the seed is repeated.
-    code, out, err = mcd(["estimate", gauss_yaml, "--samples", "64", "--seed", "5", "--load", model, "--json"])
+    # The sampler settings come from the file; only the seed and the estimation method (importance
+    # sampling, as trained) are repeated.
+    replay = ["estimate", gauss_yaml, "--samples", "64", "--seed", "5", "--load", model, "--json"]
+    code, out, err = mcd(replay + ["--resample", "0"])
     assert code == 0, err
     (loaded,) = records(out)
     assert loaded["log_z"] == trained["log_z"] and loaded["ess"] == trained["ess"]
     assert loaded["loaded_from"] == str(model) and loaded["train_seconds"] == 0
-    assert loaded["iterations"] == 2
+    assert loaded["iterations"] == 2 and loaded["smc"] is None
+    # The estimation method is not part of the trained sampler: by default the loaded kernels
+    # are estimated with SMC, and the importance-sampling estimate of the same kernels is beside it.
+    code, out, err = mcd(replay)
+    assert code == 0, err
+    (smc,) = records(out)
+    assert smc["smc"] is not None and smc["log_z_is"] == trained["log_z"]
 
 
 def test_load_rejects_files_that_do_not_fit(mcd, gauss_yaml, tmp_path):

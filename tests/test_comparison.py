@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NO_TRAIN, one_line_error, records
+from conftest import NO_TRAIN, NO_TRAIN_COMPARE, one_line_error, records
 from mcd_cli import comparison
 from mcd_cli.comparison import compare, strength
 
@@ -125,7 +125,7 @@ def test_compare_two_numpyro_models_matches_the_exact_bayes_factor(mcd, tmp_path
 def test_models_get_independent_keys_estimate_reproduces_each_and_load_replays_them(mcd, gauss_yaml, tmp_path):
     other = tmp_path / "other.yaml"
     other.write_text(gauss_yaml.read_text())
-    code, out, err = mcd(["compare", gauss_yaml, other, *NO_TRAIN, "--json", "-q"])
+    code, out, err = mcd(["compare", gauss_yaml, other, *NO_TRAIN_COMPARE, "--json", "-q"])
     assert code == 0, err
     first, second, _ = records(out)
     # The same density at positions 0 and 1: different keys, so different estimates.
@@ -133,7 +133,7 @@ def test_models_get_independent_keys_estimate_reproduces_each_and_load_replays_t
     saved = []
     for i, rec in enumerate((first, second)):
         path = tmp_path / f"m{i}.npz"
-        args = ["estimate", rec["target_spec"], *NO_TRAIN, "--resample", "0", "--model-index", i]  # compare: IS
+        args = ["estimate", rec["target_spec"], *NO_TRAIN, "--model-index", i]  # NO_TRAIN: IS, as compare
         args += ["--save", path, "--json", "-q"]
         if i == 0 and importlib.util.find_spec("matplotlib") is not None:
             args += ["--plot", tmp_path / "m0.png"]

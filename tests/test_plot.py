@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from conftest import NO_TRAIN, one_line_error
+from conftest import NO_TRAIN, NO_TRAIN_COMPARE, one_line_error
 from mcd_cli import plot, report, stats
 
 pytest.importorskip("matplotlib")
@@ -210,8 +210,12 @@ def test_without_matplotlib_plot_is_a_one_line_error(mcd, gauss_yaml, tmp_path, 
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    for command in (["estimate", gauss_yaml], ["compare", gauss_yaml], ["compare", gauss_yaml, gauss_yaml]):
-        code, out, err = mcd([*command, *NO_TRAIN, "--plot", tmp_path / "run.png"])
+    for command in (
+        ["estimate", gauss_yaml, *NO_TRAIN],
+        ["compare", gauss_yaml, *NO_TRAIN_COMPARE],
+        ["compare", gauss_yaml, gauss_yaml, *NO_TRAIN_COMPARE],
+    ):
+        code, out, err = mcd([*command, "--plot", tmp_path / "run.png"])
         assert code == 2 and out == ""
         assert "pip install 'mcd-cli[plot]'" in one_line_error(err)
     assert not (tmp_path / "run.png").exists()
