@@ -36,7 +36,7 @@ def ais(target, step_sizes, key, steps: int, num: int) -> stats.Estimate:
     config = SamplerConfig(sampler="ula", backward="ais", steps=steps)
     params = annealing.init_params(jax.random.key(0), target, config)
     if step_sizes is not None:
-        params = params._replace(path=params.path._replace(step_size=initialization.step_size_params(step_sizes)))
+        params = params._replace(path=params.path._replace(step_size=schedules.per_step_sizes(step_sizes, 0.25)))
     start = time.perf_counter()
     log_w = annealing.sample_log_weights(key, params, target, config, num_samples=num)
     return stats.summarize(log_w, time.perf_counter() - start)

@@ -14,6 +14,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.scipy.stats import multivariate_normal, norm
 
@@ -55,7 +56,7 @@ def ais_estimate(target: Target, step_sizes, key, steps: int, num: int):
     params = annealing.init_params(jax.random.key(0), target, config)
     # The fixed 0.05 goes through the same parameterisation, so both runs share one compilation.
     sizes = np.full(steps, config.init_step_size) if step_sizes is None else step_sizes
-    params = params._replace(path=params.path._replace(step_size=init.step_size_params(sizes)))
+    params = params._replace(path=params.path._replace(step_size=schedules.per_step_sizes(sizes, 0.25)))
     log_w = annealing.sample_log_weights(key, params, target, config, num_samples=num, chunk_size=num)
     return log_w, stats
 
@@ -247,11 +248,19 @@ def test_pilot_step_sizes_follow_the_curvature_and_respect_the_cap():
         init.pilot_step_sizes(target, betas, key=jax.random.key(0), safety=2.5)
 
 
-def test_step_size_params_reproduce_the_sizes_in_the_learned_schedule():
+def test_per_step_sizes_reproduce_the_sizes_and_one_update_moves_each_by_about_the_learning_rate():
     sizes = np.minimum(0.24, 0.5 / (np.linspace(1 / 64, 1, 64) * 3600 + 1))
-    params = init.step_size_params(sizes)
+    params = schedules.per_step_sizes(sizes, 0.25)
     got = np.asarray(schedules.step_sizes(params, 64, 0.25))
-    np.testing.assert_allclose(got, sizes, rtol=2e-3)
+    np.testing.assert_allclose(got, sizes, rtol=1e-5)
+    # The pilot's sizes must survive the first updates: one Adam step of learning rate 1e-3 (whose
+    # first step moves every parameter by the learning rate) changes log δ_k by at most 1e-3.
+    # (The earlier K-unit MLP start moved the last step's logit by tens of nats in one step.)
+    loss = lambda p: jnp.sum(schedules.step_sizes(p, 64, 0.25) * jnp.linspace(-1.0, 1.0, 64))  # noqa: E731
+    opt = optax.adam(1e-3)
+    updates, _ = opt.update(jax.grad(loss)(params), opt.init(params), params)
+    moved = np.asarray(schedules.step_sizes(optax.apply_updates(params, updates), 64, 0.25))
+    assert np.max(np.abs(np.log(moved / got))) <= 1e-3 * (1 + 1e-3)
 
 
 def test_pilot_step_sizes_keep_ais_finite_and_accurate_where_the_fixed_step_diverges():

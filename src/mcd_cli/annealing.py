@@ -64,13 +64,11 @@ def init_params(
     est = registry.estimator(config.sampler, config.backward)
     k_path, k_forward, k_backward = jax.random.split(key, 3)
     if config.step_size == "pilot" or step_sizes is not None:
-        from mcd_cli.initialization import step_size_params
-
-        # One hidden unit per step, so any per-step sizes are representable (the pilot's);
+        # One parameter per step, so any per-step sizes are representable (the pilot's);
         # without sizes, constant ones give the same structure (a template to load into).
         if step_sizes is None:
             step_sizes = np.full(config.steps, config.init_step_size)
-        step_size = step_size_params(step_sizes, config.max_step_size)
+        step_size = schedules.per_step_sizes(step_sizes, config.max_step_size)
     else:
         step_size = schedules.init_step_size(k_path, config.init_step_size, config.max_step_size)
     path = PathParams(

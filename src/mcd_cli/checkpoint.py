@@ -40,7 +40,8 @@ import numpy as np
 from mcd_cli.errors import UsageError
 
 FORMAT = "mcd-cli"
-FORMAT_VERSION = 3  # 2: NamedTuple pytrees; 3: the training state carries the recent ELBOs (--iterations auto)
+FORMAT_VERSION = 4  # 2: NamedTuple pytrees; 3: the training state carries the recent ELBOs (--iterations auto);
+# 4: step sizes started from the pilot are one parameter per step (`schedules.per_step_sizes`)
 PARAMS_KIND = "params"
 STATE_KIND = "train-state"
 _META = "__meta__"

@@ -43,8 +43,8 @@ Step sizes:
   `δ_k = min(max_step_size, safety / λ_k)` (ULA is stable for `δ λ < 2`; `safety = 0.5` leaves a
   margin for the power iteration's underestimate and keeps the ULA kernel close to invariant), and
   the particles take one ULA step of `δ_k` to follow the path.
-- `step_size_params(step_sizes, max_step_size)`: parameters of the learned step-size schedule
-  (`schedules.step_sizes`) that reproduce given per-step sizes, to start training from.
+Training starts from the pilot's sizes with one step-size parameter per step
+(`schedules.per_step_sizes`).
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -855,42 +855,3 @@ def _pilot(target: Target, num: int, iterations: int, safety: float, max_step: f
         return deltas
 
     return run
-
-
-def step_size_params(step_sizes: Sequence[float], max_step_size: float = 0.25) -> dict:
-    """Parameters of the learned step-size schedule (`schedules.step_sizes`) that reproduce `step_sizes`.
-
-    The schedule is `δ_k = δ_max σ(w2ᵀ swish(w1 k/K + b1) + b2)`. A hidden layer of 32 random units
-    (its initialisation) spans only smooth, nearly linear curves, far from a pilot's `c / λ_k`.
-    Here the hidden layer has K units instead, steep hinges with knots half-way between the steps
-    (`swish(s (t − t_j))`, close to `s · max(t − t_j, 0)`), and the output weights solve the K × K
-    system that makes `logit(δ_k / δ_max)` exact at every step: the schedule interpolates the
-    given sizes, piecewise linearly in logit, and stays a trainable MLP of the same form. Sizes are
-    clipped to `[1e-8, 0.99] · δ_max` first. In float32 the sizes come back to about 1e-3
-    (relative) at K = 64 and 2e-2 at K = 256.
-
-    Example:
-        >>> from mcd_cli import schedules
-        >>> target = np.geomspace(0.2, 0.001, 32)
-        >>> p = step_size_params(target)
-        >>> bool(np.max(np.abs(np.asarray(schedules.step_sizes(p, 32, 0.25)) / target - 1)) < 1e-3)
-        True
-    """
-    sizes = np.clip(np.asarray(step_sizes, dtype=np.float64), 1e-8 * max_step_size, 0.99 * max_step_size)
-    if sizes.ndim != 1 or sizes.size < 1:
-        raise ValueError(f"step_sizes must be a non-empty vector, got shape {sizes.shape}")
-    steps = sizes.size
-    t = np.arange(1, steps + 1) / steps
-    knots = t - 0.5 / steps
-    sharpness = 20.0 * steps  # swish(s (t_k − t_j)) at the nearest knot: swish(10)
-    z = sharpness * (t[:, None] - knots[None, :])
-    features = z / (1.0 + np.exp(-np.clip(z, -700, 700)))
-    want = np.log(sizes / max_step_size) - np.log1p(-sizes / max_step_size)
-    weights = np.linalg.solve(features, want)
-    dtype = jnp.result_type(float)
-    return {
-        "w1": jnp.full((1, steps), sharpness, dtype),
-        "b1": jnp.asarray(-sharpness * knots, dtype),
-        "w2": jnp.asarray(weights[:, None], dtype),
-        "b2": jnp.zeros((1,), dtype),
-    }

@@ -3,7 +3,9 @@
 Each quantity is an `init_*` / apply pair of pure functions over a small pytree of unconstrained
 parameters, mapped through the bounded parameterisations of the paper's appendix:
 
-- step sizes `δ_k = δ_max · σ(MLP(k / K))`, a 2-layer MLP (32 hidden units) of the step index;
+- step sizes `δ_k = δ_max · σ(MLP(k / K))`, a 2-layer MLP (32 hidden units) of the step index,
+  or, when the sizes start from per-step values (the pilot's), `δ_k = δ_max · σ(θ_k)` with one
+  parameter per step (`per_step_sizes`);
 - annealing `β_k = Σ_{k'≤k} σ(b_k') / Σ_{k'≤K} σ(b_k')` (learned) or `β_k = k / K` (fixed);
 - damping `h = 0.98 σ(u) + 0.01`;
 - diagonal mass matrix `M = exp(m)`.
@@ -38,6 +40,28 @@ def init_step_size(key: jax.Array, init_step_size: float, max_step_size: float) 
     }
 
 
+def per_step_sizes(sizes, max_step_size: float) -> dict:
+    """Step-size parameters with one logit per step, `δ_k = δ_max σ(θ_k)`, starting at `sizes`.
+
+    Sizes are clipped to `[1e-8, 0.99] · δ_max`. Each Adam update moves each θ_k by about the
+    learning rate, so each δ_k changes by at most that fraction per update: a well-conditioned
+    start from given sizes (an MLP that interpolates K arbitrary sizes needs steep hidden units,
+    whose outputs one Adam update moves by tens of nats).
+
+    Example:
+        >>> p = per_step_sizes([0.2, 0.1, 0.05], 0.25)
+        >>> [round(float(s), 6) for s in step_sizes(p, 3, 0.25)]
+        [0.2, 0.1, 0.05]
+    """
+    import numpy as np
+
+    sizes = np.clip(np.asarray(sizes, dtype=np.float64), 1e-8 * max_step_size, 0.99 * max_step_size)
+    if sizes.ndim != 1 or sizes.size < 1:
+        raise ValueError(f"step sizes must be a non-empty vector, got shape {sizes.shape}")
+    ratio = sizes / max_step_size
+    return {"logit": jnp.asarray(np.log(ratio) - np.log1p(-ratio), dtype=jnp.result_type(float))}
+
+
 def step_sizes(params: dict, steps: int, max_step_size: float) -> jax.Array:
     """Step sizes `δ_1 … δ_K`, shape `(K,)`, each in `(0, max_step_size)`.
 
@@ -46,6 +70,8 @@ def step_sizes(params: dict, steps: int, max_step_size: float) -> jax.Array:
         >>> [round(float(s), 3) for s in step_sizes(p, 4, 0.25)]
         [0.05, 0.05, 0.05, 0.05]
     """
+    if "logit" in params:  # one parameter per step (`per_step_sizes`)
+        return max_step_size * jax.nn.sigmoid(params["logit"])
     t = (jnp.arange(1, steps + 1, dtype=jnp.float32) / steps)[:, None]
     hidden = jax.nn.swish(t @ params["w1"] + params["b1"])
     out = (hidden @ params["w2"] + params["b2"])[:, 0]
