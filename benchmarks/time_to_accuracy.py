@@ -29,7 +29,15 @@ import jax  # noqa: E402
 from common import RESULTS, ResultFile, log  # noqa: E402
 from mcd_cli import annealing, run, stats, training  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
-from mcd_cli.targets import load_target  # noqa: E402
+from mcd_cli.targets import TargetError, load_target  # noqa: E402
+
+
+def sized_target(name: str, dim: int):
+    """The target at dimension `dim`, or at its own where it has no `dim` parameter (data models)."""
+    try:
+        return load_target(name, {"dim": dim})
+    except TargetError:
+        return load_target(name, {})
 
 
 def one(target, loss: str, seed: int, args) -> dict:
@@ -88,7 +96,10 @@ def main() -> None:
     out = ResultFile(args.output, "time_to_accuracy", settings)
     for name in args.targets:
         for dim in args.dims:
-            target = load_target(name, {"dim": dim})
+            target = sized_target(name, dim)
+            if target.dim != dim and dim != args.dims[0]:
+                continue  # a target of fixed dimension runs once
+            dim = target.dim
             for loss in args.losses:
                 times = []
                 for seed in range(args.seeds):
