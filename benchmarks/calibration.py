@@ -30,6 +30,13 @@ from common import RESULTS, ResultFile, log  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 EXTRA = HERE / "calibration_targets"
+# Every bundled target with a known log Z, then the extra exact targets; cheap ones first, so a
+# partial study (seeds outermost) has covered them. One extra target was dropped: narrow_gauss
+# (N(1.5, 0.03² I), d = 10) because the Laplace start whitens it to the same N(0, I) as
+# diabetes_linreg (d = 10): their errors agreed to 10⁻⁵ on all 7 seeds run, so it added runs but no
+# evidence. The three Gaussian posteriors left (diabetes_linreg, longley_linreg, correlated_gauss)
+# are whitened exactly too, in d = 10, 7 and 6: they check the Laplace start, not the sampler.
+WHITENED_GAUSSIANS = ("diabetes_linreg", "longley_linreg", "correlated_gauss")
 TARGETS = (
     "gauss_shift",
     "gauss_narrow",
@@ -38,10 +45,14 @@ TARGETS = (
     "laplace",
     "funnel",
     "diabetes_linreg",
+    "longley_linreg",
     "brownian_motion",
     str(EXTRA / "correlated_gauss.py"),
-    str(EXTRA / "narrow_gauss.py"),
     str(EXTRA / "mixture2.py"),
+    "nice_flow",
+    "many_well",
+    "logreg_breast_cancer",
+    "nice_mnist",
 )
 
 
@@ -108,10 +119,20 @@ def summarise(cells: dict) -> dict:
         pooled["runs"] += len(runs)
         pooled["not_ok"] += len(not_ok)
         pooled["failed"] += len(failed)
-    lo, hi = wilson(pooled["covered"], pooled["ok"])
-    pooled.update(coverage=pooled["covered"] / pooled["ok"] if pooled["ok"] else None, coverage_95=[lo, hi],
-                  not_ok_fraction=pooled["not_ok"] / pooled["runs"] if pooled["runs"] else None)
-    return {"targets": rows, "pooled": pooled, "beyond_4se": far, "beyond_4se_ok": [f for f in far if f["status"] == "ok"]}
+    hard = {"ok": 0, "covered": 0, "runs": 0, "not_ok": 0, "failed": 0}
+    for r in rows:
+        if Path(r["target"]).stem not in WHITENED_GAUSSIANS:
+            hard["ok"] += r["ok"]
+            hard["covered"] += r["covered"]
+            hard["runs"] += r["runs"]
+            hard["failed"] += r["failed"]
+            hard["not_ok"] += round(r["not_ok_fraction"] * r["runs"])
+    for p in (pooled, hard):
+        lo, hi = wilson(p["covered"], p["ok"])
+        p.update(coverage=p["covered"] / p["ok"] if p["ok"] else None, coverage_95=[lo, hi],
+                 not_ok_fraction=p["not_ok"] / p["runs"] if p["runs"] else None)
+    return {"targets": rows, "pooled": pooled, "pooled_without_whitened_gaussians": hard, "beyond_4se": far,
+            "beyond_4se_ok": [f for f in far if f["status"] == "ok"]}
 
 
 def markdown(summary: dict) -> str:
@@ -121,10 +142,13 @@ def markdown(summary: dict) -> str:
         cov = "—" if r["coverage"] is None else f"{r['covered']}/{r['ok']} = {r['coverage']:.0%}"
         ci = "—" if r["coverage"] is None else f"{r['coverage_95'][0]:.0%}–{r['coverage_95'][1]:.0%}"
         lines.append(f"| {Path(r['target']).stem} | {r['runs']} | {r['ok']} | {cov} | {ci} | {r['not_ok_fraction']:.0%} | {'—' if r['median_abs_error'] is None else format(r['median_abs_error'], '.3g')} |")
-    p = summary["pooled"]
-    cov = "—" if p["coverage"] is None else f"{p['covered']}/{p['ok']} = {p['coverage']:.1%}"
-    ci = "—" if p["coverage"] is None else f"{p['coverage_95'][0]:.1%}–{p['coverage_95'][1]:.1%}"
-    lines.append(f"| **pooled** | {p['runs']} | {p['ok']} | {cov} | {ci} | {p['not_ok_fraction']:.0%} | |")
+    for name, key in (("**pooled**", "pooled"), ("pooled without the whitened Gaussians", "pooled_without_whitened_gaussians")):
+        p = summary.get(key)
+        if not p or not p["runs"]:
+            continue
+        cov = "—" if p["coverage"] is None else f"{p['covered']}/{p['ok']} = {p['coverage']:.1%}"
+        ci = "—" if p["coverage"] is None else f"{p['coverage_95'][0]:.1%}–{p['coverage_95'][1]:.1%}"
+        lines.append(f"| {name} | {p['runs']} | {p['ok']} | {cov} | {ci} | {p['not_ok_fraction']:.0%} | |")
     lines.append("")
     lines.append(f"Runs with |error| > 4 SE (or no SE): {len(summary['beyond_4se'])}; of them `ok`: {len(summary['beyond_4se_ok'])}.")
     for f in summary["beyond_4se"]:
