@@ -14,6 +14,7 @@ Results are written after every run (resumable: finished cells are skipped).
     taskset -c 1 nice -n 10 python benchmarks/calibration.py --seeds 20 \\
         --output benchmarks/results/calibration_cpu.json
     python benchmarks/calibration.py --table benchmarks/results/calibration_cpu.json
+    python benchmarks/calibration.py --merge OTHER.json ... --output benchmarks/results/calibration_cpu.json
 """
 
 from __future__ import annotations
@@ -157,6 +158,28 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(output: Path, others: list) -> None:
+    """Adds the cells of `others` (made with the same settings) to `output`: their sessions are
+    appended, each cell's `session` index follows, and cells `output` already has are kept."""
+    from common import write_json
+
+    data = json.loads(output.read_text())
+    for path in others:
+        other = json.loads(Path(path).read_text())
+        if other.get("benchmark") != "calibration" or other.get("settings") != data["settings"]:
+            raise SystemExit(f"{path}: not a calibration file with the settings of {output}")
+        offset = len(data["sessions"])
+        data["sessions"].extend(other["sessions"])
+        added = 0
+        for key, cell in other["cells"].items():
+            if key not in data["cells"]:
+                data["cells"][key] = {**cell, "session": cell.get("session", 0) + offset}
+                added += 1
+        log(f"{path}: {added} cells added")
+    data["summary"] = summarise(data["cells"])
+    write_json(output, data)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
@@ -165,10 +188,15 @@ def main() -> None:
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further mcd estimate options")
     parser.add_argument("--output", type=Path, default=RESULTS / "calibration_cpu.json")
     parser.add_argument("--table", type=Path, help="only print the table of an existing result file")
+    parser.add_argument("--merge", type=Path, nargs="+", help="merge these result files (other seeds, other cores "
+                        "or machines) into --output instead of running anything")
     args = parser.parse_args()
     if args.table:
         data = json.loads(args.table.read_text())
         print(markdown(summarise(data["cells"])))
+        return
+    if args.merge:
+        merge(args.output, args.merge)
         return
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra)})
     for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target

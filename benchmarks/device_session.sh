@@ -6,10 +6,12 @@
 #      128 and the auto batch (1024);
 #   B. smc_vs_blackjax.py at d = 200 and 500 (both methods interleaved in one process);
 #   C. learned_smc.py at d = 200 (trained ULA-MCD inside SMC against adaptive SMC).
-# Meanwhile on the other CPU cores (JAX_PLATFORMS=cpu, one process per core): the default-pipeline
-# study of candidate defaults on gmm8 and gauss_narrow (benchmarks/calibration.py cells).
+# Meanwhile on the other CPU cores (JAX_PLATFORMS=cpu, one process per core): cells of the
+# calibration study of the default pipeline (benchmarks/calibration.py), one seed per core, the
+# seeds from CAL_SEEDS (those not yet in benchmarks/results/calibration_cpu.json); each core's file
+# is merged into that one afterwards (same settings; cells keyed target@seed).
 #
-# Usage: RES=/path/to/results bash benchmarks/device_session.sh [scale]
+# Usage: RES=/path/to/results CAL_SEEDS="15 16 17" bash benchmarks/device_session.sh [scale]
 # scale < 1 shrinks every time box (a dry run on a small machine: scale 0.1 and SMOKE=1).
 set -u
 RES=${RES:-/tmp/res}
@@ -22,21 +24,16 @@ CPUS=$(nproc)
 
 if [ "${SMOKE:-0}" = 1 ]; then D=4; D2=6; P=256; IT=20; N=512; else D=200; D2=500; P=4096; IT=1000; N=16384; fi
 
-# Candidate-default study on the spare CPU cores (cores 4 ... CPUS-1).
+# Calibration cells on the spare CPU cores (cores 4 ... CPUS-1), one seed per core.
 core=4
-cpu_job() {  # name, seed, extra options...
-  local name=$1 seed=$2; shift 2
-  if [ "$core" -lt "$CPUS" ]; then
-    JAX_PLATFORMS=cpu JAX_COMPILATION_CACHE_DIR=/tmp/jc_$core taskset -c $core \
-      timeout -k 5 "$(box 560)" python3 benchmarks/calibration.py --targets "$name" --seeds 1 --first-seed "$seed" \
-      --output "$RES/cand_${name}_$(echo "$*" | tr -c 'a-z0-9' '_')_s$seed.json" --extra "$@" \
-      > "$RES/cand_$core.log" 2>&1 &
-    core=$((core + 1))
-  fi
-}
 if [ "$CPUS" -ge 8 ]; then
-  for s in 0 1 2 3 4 5 6 7 8 9; do cpu_job gmm8 $s --resample 0.5 --refine hmc; done
-  for s in 0 1; do cpu_job gauss_narrow $s --resample 0.5 --refine hmc; done
+  for seed in ${CAL_SEEDS:-}; do
+    [ "$core" -lt "$CPUS" ] || break
+    JAX_PLATFORMS=cpu JAX_COMPILATION_CACHE_DIR=/tmp/jc_$core taskset -c $core \
+      timeout -k 5 "$(box 560)" python3 benchmarks/calibration.py --seeds 1 --first-seed "$seed" \
+      --output "$RES/calibration_s$seed.json" > "$RES/cal_$core.log" 2>&1 &
+    core=$((core + 1))
+  done
 fi
 
 g() { if [ "$CPUS" -ge 8 ]; then taskset -c 0-3 "$@"; else "$@"; fi; }
