@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, ResultFile, log  # noqa: E402
+from common import RESULTS, ResultFile, log, write_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 EXTRA = HERE / "calibration_targets"
@@ -112,7 +112,7 @@ def summarise(cells: dict) -> dict:
         lo, hi = wilson(len(covered), len(ok))
         rows.append({
             "target": target, "runs": len(runs), "ok": len(ok), "covered": len(covered), "coverage": len(covered) / len(ok) if ok else None,
-            "coverage_95": [lo, hi], "not_ok_fraction": len(not_ok) / len(runs), "failed": len(failed),
+            "coverage_95": [lo, hi], "not_ok": len(not_ok), "not_ok_fraction": len(not_ok) / len(runs), "failed": len(failed),
             "median_abs_error": median_abs_error(runs),
         })
         pooled["ok"] += len(ok)
@@ -120,14 +120,8 @@ def summarise(cells: dict) -> dict:
         pooled["runs"] += len(runs)
         pooled["not_ok"] += len(not_ok)
         pooled["failed"] += len(failed)
-    hard = {"ok": 0, "covered": 0, "runs": 0, "not_ok": 0, "failed": 0}
-    for r in rows:
-        if Path(r["target"]).stem not in WHITENED_GAUSSIANS:
-            hard["ok"] += r["ok"]
-            hard["covered"] += r["covered"]
-            hard["runs"] += r["runs"]
-            hard["failed"] += r["failed"]
-            hard["not_ok"] += round(r["not_ok_fraction"] * r["runs"])
+    hard = {k: sum(r[k] for r in rows if Path(r["target"]).stem not in WHITENED_GAUSSIANS)
+            for k in ("ok", "covered", "runs", "not_ok", "failed")}
     for p in (pooled, hard):
         lo, hi = wilson(p["covered"], p["ok"])
         p.update(coverage=p["covered"] / p["ok"] if p["ok"] else None, coverage_95=[lo, hi],
@@ -161,8 +155,6 @@ def markdown(summary: dict) -> str:
 def merge(output: Path, others: list) -> None:
     """Adds the cells of `others` (made with the same settings) to `output`: their sessions are
     appended, each cell's `session` index follows, and cells `output` already has are kept."""
-    from common import write_json
-
     data = json.loads(output.read_text())
     for path in others:
         other = json.loads(Path(path).read_text())
