@@ -248,6 +248,44 @@ def test_pilot_step_sizes_follow_the_curvature_and_respect_the_cap():
         init.pilot_step_sizes(target, betas, key=jax.random.key(0), safety=2.5)
 
 
+def _start(target, seed: int = 0, steps: int = 64):
+    from mcd_cli import run
+    from mcd_cli.config import SamplerConfig, TrainConfig
+
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=steps, step_size="pilot")
+    return run.start(run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(), seed=seed))
+
+
+def _pilot_only(start, seed: int = 0, steps: int = 64):
+    """The curvature pilot's own sizes for the run of `seed` (the key `run.start` gives it)."""
+    from mcd_cli import run
+
+    key = jax.random.fold_in(run.root_key(seed, None), run.PILOT_STREAM)
+    return init.pilot_step_sizes(start.target, np.linspace(0.0, 1.0, steps + 1), key=key)
+
+
+def test_the_ais_check_scales_the_pilot_down_on_a_kinked_target_and_leaves_a_smooth_one_alone():
+    # laplace: no curvature away from the kinks, so the pilot puts every δ_k at the 0.25 cap; the
+    # untrained ULA-AIS ELBO gains ~7 and ~3 nats from the first two halvings (pilot_scale_cpu.json).
+    kinked = _start(load_target("laplace"))
+    assert kinked.step_scale == 0.25
+    np.testing.assert_array_equal(kinked.step_sizes, _pilot_only(kinked) * 0.25)
+    # A narrow Gaussian: halving sizes below the stability limit loses ELBO, so the start is the
+    # pilot's, bit for bit (the check draws from its own key).
+    smooth = _start(narrow_gaussian())
+    assert smooth.step_scale == 1.0
+    np.testing.assert_array_equal(smooth.step_sizes, _pilot_only(smooth))
+
+
+def test_the_ais_check_keeps_the_pilot_when_no_scale_gives_a_finite_elbo():
+    from mcd_cli import run
+    from mcd_cli.config import SamplerConfig
+
+    nowhere = Target.create(lambda x: jnp.where(jnp.sum(x) > 1e9, 0.0, -jnp.inf), dim=2)
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=4, step_size="pilot")
+    assert run.pilot_scale(nowhere, np.full(4, 0.2), sconf, jax.random.key(0), samples=64) == 1.0
+
+
 def test_per_step_sizes_reproduce_the_sizes_and_one_update_moves_each_by_about_the_learning_rate():
     sizes = np.minimum(0.24, 0.5 / (np.linspace(1 / 64, 1, 64) * 3600 + 1))
     params = schedules.per_step_sizes(sizes, 0.25)

@@ -143,6 +143,7 @@ class RunRecord:
     init_method: str = ""  # the initial distribution used (auto resolves to auto:target, auto:vi, ...)
     start_seconds: float = 0.0  # the initial-distribution fit and the step-size pilot
     initial_step_sizes: Optional[tuple] = None  # δ_1 … δ_K the pilot chose (None: fixed sizes)
+    initial_step_scale: Optional[float] = None  # the factor the pilot's AIS check applied (run.pilot_scale)
     stop_reasons: tuple = ()  # per repeat: why training stopped ("iterations" or "plateau")
     model_index: Optional[int] = None  # model i of a comparison (root key fold_in(key(seed), i))
     weights: tuple[WeightSummary, ...] = ()  # per repeat: the log weights' histogram and fitted tail
@@ -286,6 +287,7 @@ class RunRecord:
             "init_warnings": list(self.init_warnings),
             "step_size_rule": s.step_size,
             "initial_step_sizes": _summary(self.initial_step_sizes),
+            "initial_step_scale": None if self.initial_step_scale is None else float(self.initial_step_scale),
             "loss": t.objective,
             "stop": t.stop,
             "stop_reasons": list(self.stop_reasons),

@@ -254,6 +254,9 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
     sizes = rec.get("initial_step_sizes")
     if sizes:
         start += f"; step sizes from the pilot, {sizes['first']:.3g} → {sizes['last']:.3g} (min {sizes['min']:.3g})"
+        scale = rec.get("initial_step_scale")
+        if scale is not None and scale != 1.0:
+            start += f", scaled by {scale:g} by the AIS check"
     if rec.get("start_seconds"):
         start += f", {rec['start_seconds']:.1f} s"
     if not rec["loaded_from"]:

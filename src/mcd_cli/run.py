@@ -39,6 +39,10 @@ from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_tr
 DEFAULT_CHUNK = 1024
 INIT_STREAM = 0x1D1  # fold_in(root key, INIT_STREAM): the key of the initial-distribution fit
 PILOT_STREAM = 0x2D2  # fold_in(root key, PILOT_STREAM): the key of the step-size pilot
+SCALE_STREAM = 0x2D3  # fold_in(root key, SCALE_STREAM): the key of the pilot's AIS check (`pilot_scale`)
+SCALE_SAMPLES = 512  # particles of each untrained ULA-AIS run of the check
+SCALE_GAIN = 1.0  # nats of ELBO a halving of the sizes must gain to be taken
+SCALE_HALVINGS = 4  # the smallest factor the check can choose is 2**-SCALE_HALVINGS
 CPU_BATCH = 128  # --batch-size auto on a CPU: the paper's batch
 ACCELERATOR_BATCH = 1024  # --batch-size auto on a GPU/TPU (see auto_batch_size)
 ACCELERATOR_UNROLL = 4  # lax.scan unroll of the steps on a GPU/TPU (see auto_unroll)
@@ -580,6 +584,60 @@ class Start:
     warnings: tuple[str, ...] = ()
     step_sizes: Optional[Any] = None  # δ_1 … δ_K from the pilot (None: fixed or not needed)
     seconds: float = 0.0
+    step_scale: Optional[float] = None  # the factor `pilot_scale` applied to the pilot's sizes
+
+
+def pilot_scale(
+    target: Any,
+    step_sizes: Any,
+    sconf: SamplerConfig,
+    key: jax.Array,
+    *,
+    samples: int = SCALE_SAMPLES,
+    gain: float = SCALE_GAIN,
+    halvings: int = SCALE_HALVINGS,
+) -> float:
+    """The factor c ∈ {1, ½, …, 2^-halvings} by which to scale the curvature pilot's step sizes.
+
+    The pilot sees curvature only; a target with kinks (a Laplace density, an L1 penalty) has none
+    away from them, so every δ_k goes to the cap, where ULA's departure from invariance is large.
+    The untrained ULA-AIS ELBO (mean log weight, `samples` particles, the same key for every c, so
+    the particles are paired) measures what the sizes cost: the check halves c while the ELBO
+    gains more than `gain` nats and more than 3 standard errors of the paired difference. On a
+    smooth target sizes below the stability limit only slow the path down, so halving loses ELBO
+    and c stays 1 (the sizes are unchanged); on `laplace` c becomes ¼
+    (`benchmarks/results/pilot_scale_cpu.json`). A non-finite ELBO counts as −∞; when no scale
+    gives a finite one, c stays 1 and training's own checks take over.
+    """
+    import numpy as np
+
+    config = SamplerConfig(
+        sampler="ula", backward="ais", steps=sconf.steps, step_size="pilot", max_step_size=sconf.max_step_size,
+        unroll=sconf.unroll,
+    )
+    sizes = np.asarray(step_sizes, dtype=np.float64)
+
+    def log_weights(c: float) -> np.ndarray:
+        params = annealing.init_params(jax.random.key(0), target, config, step_sizes=sizes * c)
+        return annealing.sample_log_weights(key, params, target, config, num_samples=samples, chunk_size=samples)
+
+    def elbo(w: np.ndarray) -> float:
+        value = float(np.mean(w))
+        return value if np.isfinite(value) else -math.inf
+
+    c, current = 1.0, log_weights(1.0)
+    for _ in range(halvings):
+        halved = log_weights(c / 2)
+        if elbo(current) == -math.inf:
+            better = elbo(halved) > -math.inf
+        else:
+            diff = halved - current
+            se = float(np.std(diff) / math.sqrt(diff.size)) if np.all(np.isfinite(diff)) else math.inf
+            better = elbo(halved) - elbo(current) > max(gain, 3 * se)
+        if not better:
+            break
+        c, current = c / 2, halved
+    return c if elbo(current) > -math.inf else 1.0
 
 
 def initial_target(
@@ -627,22 +685,27 @@ def start(plan: RunPlan, *, pilot: bool = True) -> Start:
 
     The pilot (`initialization.pilot_step_sizes`, its own key) measures the curvature along the
     linear path from the chosen initial distribution to the target and sets δ_k = 0.5 / λ_k,
-    capped at `max_step_size`; training starts from these sizes and goes on learning them.
+    capped at `max_step_size`; `pilot_scale` (its own key) then halves the sizes while that buys
+    the untrained ULA-AIS ELBO more than a nat (targets with kinks). Training starts from these
+    sizes and goes on learning them.
     """
     t0 = time.perf_counter()
     target, method, warnings = initial_target(plan.target, plan.sconf, plan.seed, plan.model_index)
-    step_sizes = None
+    step_sizes = scale = None
     if pilot and plan.sconf.step_size == "pilot":
         import numpy as np
 
         from mcd_cli import initialization
 
-        key = jax.random.fold_in(root_key(plan.seed, plan.model_index), PILOT_STREAM)
+        root = root_key(plan.seed, plan.model_index)
         betas = np.linspace(0.0, 1.0, plan.sconf.steps + 1)
         step_sizes = initialization.pilot_step_sizes(
-            target, betas, key=key, max_step_size=plan.sconf.max_step_size
+            target, betas, key=jax.random.fold_in(root, PILOT_STREAM), max_step_size=plan.sconf.max_step_size
         )
-    return Start(target, method, warnings, step_sizes, time.perf_counter() - t0)
+        scale = pilot_scale(target, step_sizes, plan.sconf, jax.random.fold_in(root, SCALE_STREAM))
+        if scale != 1.0:
+            step_sizes = step_sizes * scale
+    return Start(target, method, warnings, step_sizes, time.perf_counter() - t0, scale)
 
 
 def auto_batch_size(platform: Optional[str] = None) -> int:
@@ -778,6 +841,7 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
         init_method=begin.method,
         start_seconds=begin.seconds,
         initial_step_sizes=None if begin.step_sizes is None else tuple(float(v) for v in begin.step_sizes),
+        initial_step_scale=begin.step_scale,
         stop_reasons=tuple(stop_reasons),
         model_index=plan.model_index,
         weights=tuple(weights),
