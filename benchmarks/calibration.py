@@ -81,7 +81,14 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
     keep = ("target", "log_z", "log_z_stderr", "log_z_stderr_method", "reference_log_z", "error", "status",
             "reasons", "pareto_k", "ess", "init_method", "iterations_run", "train_seconds", "estimate_seconds",
             "start_seconds")
-    return {k: rec.get(k) for k in keep}
+    cell = {k: rec.get(k) for k in keep}
+    smc = rec.get("smc") or {}
+    # What the SMC verdict judged, kept for analysis (e.g. how far below the stationarity test's
+    # threshold a run that missed was): the pooled stationarity z and each run's resamplings.
+    for k in ("stationarity_z", "stationarity_drift", "resamplings", "final_ess"):
+        if k in smc:
+            cell[k] = smc[k]
+    return cell
 
 
 def median_abs_error(runs: list) -> "float | None":
