@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,10 @@ main()
 """
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def mcd_process(compile_cache):
     """`mcd_process(args, cwd=..., slow_checkpoints=False, **popen_kwargs)` starts `python -m
@@ -101,6 +106,10 @@ def mcd_process(compile_cache):
             [sys.executable, *program, *[str(a) for a in args]],
             cwd=cwd,
             env=subprocess_env(compile_cache),
+            # A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored
+            # across exec: a test suite run as `pytest ... &` would hand that on, and Python then
+            # never installs its Ctrl-C handler. The child gets SIGINT as a terminal would deliver it.
+            preexec_fn=_default_sigint,
             stdout=kwargs.pop("stdout", subprocess.PIPE),
             stderr=kwargs.pop("stderr", subprocess.PIPE),
             text=True,
