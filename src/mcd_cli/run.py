@@ -609,8 +609,6 @@ def pilot_scale(
     (`benchmarks/results/pilot_scale_cpu.json`). A non-finite ELBO counts as −∞; when no scale
     gives a finite one, c stays 1 and training's own checks take over.
     """
-    import numpy as np
-
     config = SamplerConfig(
         sampler="ula", backward="ais", steps=sconf.steps, step_size="pilot", max_step_size=sconf.max_step_size,
         unroll=sconf.unroll,
