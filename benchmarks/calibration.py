@@ -179,6 +179,26 @@ def merge(output: Path, others: list) -> None:
     write_json(output, data)
 
 
+def fill_z(study: Path, output: Path, shard: str) -> None:
+    """Reruns the `ok` cells of `study` without a stationarity z and records z beside a check that
+    the rerun gave the same log Ẑ (the runs are deterministic for a seed on one machine), so the
+    verdict of those cells can be judged again under another stationarity threshold."""
+    cells = json.loads(study.read_text())["cells"]
+    todo = sorted(k for k, c in cells.items() if c.get("status") == "ok" and c.get("stationarity_z") is None)
+    index, count = (int(v) for v in shard.split("/"))
+    out = ResultFile(output, "calibration_fill_z", {"study": study.name})
+    by_name = {Path(t).stem: t for t in TARGETS}
+    for key in todo[index::count]:
+        if key in out:
+            continue
+        name, seed = key.split("@")
+        cell = one_run(by_name[name], int(seed), [])
+        same = cell.get("log_z") == cells[key]["log_z"] and cell.get("status") == cells[key]["status"]
+        out.add(key, {"stationarity_z": cell.get("stationarity_z"), "stationarity_drift": cell.get("stationarity_drift"),
+                      "log_z": cell.get("log_z"), "same_as_study": same})
+        log(f"{key}: z {cell.get('stationarity_z')}, same log Z as the study: {same}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
@@ -187,6 +207,10 @@ def main() -> None:
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further mcd estimate options")
     parser.add_argument("--output", type=Path, default=RESULTS / "calibration_cpu.json")
     parser.add_argument("--table", type=Path, help="only print the table of an existing result file")
+    parser.add_argument("--fill-z", type=Path, metavar="STUDY",
+                        help="rerun the `ok` cells of STUDY that lack the stationarity z (the only cells a stricter "
+                             "stationarity threshold could re-judge), into --output; --shard I/N splits them")
+    parser.add_argument("--shard", default="0/1", help="with --fill-z: take every N-th cell from the I-th")
     parser.add_argument("--merge", type=Path, nargs="+", help="merge these result files (other seeds, other cores "
                         "or machines) into --output instead of running anything")
     args = parser.parse_args()
@@ -196,6 +220,9 @@ def main() -> None:
         return
     if args.merge:
         merge(args.output, args.merge)
+        return
+    if args.fill_z:
+        fill_z(args.fill_z, args.output, args.shard)
         return
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra)})
     for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target
