@@ -165,8 +165,8 @@ def merge(output: Path, others: list) -> None:
     data = json.loads(output.read_text())
     for path in others:
         other = json.loads(Path(path).read_text())
-        if other.get("benchmark") != "calibration" or other.get("settings") != data["settings"]:
-            raise SystemExit(f"{path}: not a calibration file with the settings of {output}")
+        if other.get("benchmark") != data.get("benchmark") or other.get("settings") != data["settings"]:
+            raise SystemExit(f"{path}: not a {data.get('benchmark')} file with the settings of {output}")
         offset = len(data["sessions"])
         data["sessions"].extend(other["sessions"])
         added = 0
@@ -175,14 +175,18 @@ def merge(output: Path, others: list) -> None:
                 data["cells"][key] = {**cell, "session": cell.get("session", 0) + offset}
                 added += 1
         log(f"{path}: {added} cells added")
-    data["summary"] = summarise(data["cells"])
+    if data.get("benchmark") == "calibration":
+        data["summary"] = summarise(data["cells"])
     write_json(output, data)
 
 
 def fill_z(study: Path, output: Path, shard: str) -> None:
-    """Reruns the `ok` cells of `study` without a stationarity z and records z beside a check that
-    the rerun gave the same log Ẑ (the runs are deterministic for a seed on one machine), so the
-    verdict of those cells can be judged again under another stationarity threshold."""
+    """Reruns the `ok` cells of `study` without a stationarity z and records z beside how far the
+    rerun's log Ẑ is from the study's, so the verdict of those cells can be judged again under
+    another stationarity threshold. A rerun is the same run only on the same machine with the same
+    thread count (XLA's float order follows it); elsewhere it agrees to about 1e-5 on stable targets
+    and not at all on chaotic ones, so `log_z_difference` says which reruns can stand for the study's.
+    The shards' files are joined with `--merge`."""
     cells = json.loads(study.read_text())["cells"]
     todo = sorted(k for k, c in cells.items() if c.get("status") == "ok" and c.get("stationarity_z") is None)
     index, count = (int(v) for v in shard.split("/"))
@@ -195,7 +199,8 @@ def fill_z(study: Path, output: Path, shard: str) -> None:
         cell = one_run(by_name[name], int(seed), [])
         same = cell.get("log_z") == cells[key]["log_z"] and cell.get("status") == cells[key]["status"]
         out.add(key, {"stationarity_z": cell.get("stationarity_z"), "stationarity_drift": cell.get("stationarity_drift"),
-                      "log_z": cell.get("log_z"), "same_as_study": same})
+                      "log_z": cell.get("log_z"), "same_as_study": same,
+                      "log_z_difference": cell.get("log_z") - cells[key]["log_z"]})
         log(f"{key}: z {cell.get('stationarity_z')}, same log Z as the study: {same}")
 
 
