@@ -8,8 +8,10 @@ and interleaved (so both see the same machine load):
   target ESS `--target-ess`), prior π0 and likelihood γ/π0, log Ẑ the sum of the increments;
 - `mcd estimate TARGET --backward ais --iterations 0 --resample 0.5 --refine hmc --schedule adaptive
   --refine-steps MOVES --leapfrog L --target-ess E --samples N --seed S` as a library call
-  (`run.execute`): the same particle count and moves, `--mcd-leapfrog` leapfrog steps (its default,
-  3: it runs in coordinates whitened by its preconditioner, where εL ≈ π/2 is best); its step size
+  (`run.execute`): the same particle count, `--mcd-moves` moves per temperature (its default, 15)
+  of `--mcd-leapfrog` leapfrog steps (its default, 3: it runs in coordinates whitened by its
+  preconditioner, where εL ≈ π/2 is best), so 45 gradients per temperature against BlackJAX's
+  5 × 10 = 50 with the defaults; its step size
   and diagonal mass adapt from the particles, it resamples when ESS/N < 0.5, and it reports a
   standard error (genealogy, or the spread of its default populations).
 
@@ -39,7 +41,7 @@ import numpy as np  # noqa: E402
 
 from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
 from mcd_cli import run  # noqa: E402
-from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.config import ADAPTIVE_REFINE_STEPS, SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 
 OUTPUT = RESULTS / "smc_vs_blackjax.json"
@@ -95,7 +97,7 @@ def run_blackjax(target, args, seed: int) -> dict:
 
 def run_mcd(target, args, seed: int) -> dict:
     sconf = SamplerConfig(
-        backward="ais", adaptive=True, refine="hmc", resample=0.5, refine_steps=args.moves,
+        backward="ais", adaptive=True, refine="hmc", resample=0.5, refine_steps=args.mcd_moves,
         leapfrog=args.mcd_leapfrog, target_ess=args.target_ess, max_steps=args.max_steps,
     )
     plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0),
@@ -173,7 +175,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, nargs="+", default=[20])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--particles", type=int, default=4096)
-    parser.add_argument("--moves", type=int, default=5)
+    parser.add_argument("--moves", type=int, default=5, help="BlackJAX's moves per temperature")
+    parser.add_argument("--mcd-moves", type=int, default=ADAPTIVE_REFINE_STEPS,
+                        help="mcd's moves per temperature (its default with --schedule adaptive)")
     parser.add_argument("--leapfrog", type=int, default=10, help="BlackJAX's leapfrog steps (unit mass)")
     parser.add_argument("--mcd-leapfrog", type=int, default=SamplerConfig.leapfrog,
                         help="mcd's leapfrog steps (whitened by its preconditioner; its default)")
@@ -192,6 +196,8 @@ def main() -> None:
     settings = {k: getattr(args, k) for k in names}
     if args.mcd_leapfrog != args.leapfrog:  # older result files ran both with --leapfrog
         settings["mcd_leapfrog"] = args.mcd_leapfrog
+    if args.mcd_moves != args.moves:  # older result files ran both with --moves
+        settings["mcd_moves"] = args.mcd_moves
     results = ResultFile(args.output, "smc_vs_blackjax", settings)
     for dim in args.dim:
         for name in args.targets:

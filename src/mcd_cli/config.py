@@ -19,8 +19,11 @@ REFINE_EVERY = ("resample", "step")
 # With `--schedule adaptive` the refinement moves are the only mixing. One HMC move per step leaves
 # the population too narrow in high dimension (each reweighting selects the particles nearest the
 # mode and one move restores about half of the spread): gmm8 at d = 200 came out 25-35 nats high.
-# Five moves keep the spread within 1 % (docs/method.md, "Adaptive tempering").
-ADAPTIVE_REFINE_STEPS = 5
+# Five moves keep the spread within 1 %, but leave the populations behind γ_β in the tails and the
+# radial direction: at d = 200 student_t3 came out −0.31 and gauss_narrow −0.15 on average; 15
+# moves (45 gradients per temperature with 3 leapfrog steps, BlackJAX's default budget is 50) bring
+# them to −0.13 and −0.06 (docs/method.md, "Adaptive tempering").
+ADAPTIVE_REFINE_STEPS = 15
 # Settings of the estimation only (SMC): a sampler trained or saved without them may be estimated
 # with them (`--load`, `--resume`).
 ESTIMATION_FIELDS = (
