@@ -30,9 +30,10 @@ def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
     assert smc["resampled_steps"] == list(range(1, k))
     assert all(abs(e - 0.5) < 2e-3 for e in smc["ess"][:-1])
     assert rec["log_z_is"] is None and "steps" not in rec["config"] and rec["config"]["adaptive"] is True
-    # Five MALA moves per step by default, which mix this small Gaussian well: the one reason for
-    # `warn` is the single population (stats.population_verdict), none about mixing.
-    assert smc["refine_steps"] == 5 and rec["status"] == "warn"
+    # Fifteen MALA moves per step by default (config.ADAPTIVE_REFINE_STEPS), which mix this small
+    # Gaussian well: the one reason for `warn` is the single population (stats.population_verdict),
+    # none about mixing.
+    assert smc["refine_steps"] == 15 and rec["status"] == "warn"
     assert len(rec["reasons"]) == 1 and "1 SMC population" in rec["reasons"][0]
     corr = smc["move_correlation"]
     assert len(corr) == k and corr[-1] is None and all(-1.0 <= c <= 1.0 for c in corr[:-1])

@@ -325,8 +325,8 @@ def test_cli_per_datum_smc_from_the_encoder_matches_the_closed_form(mcd, target_
     within_tolerance(data)
     for d in data:
         section = d["smc"]
-        # 1024 samples: the default 8 populations of 128, each with 5 moves per step
-        assert section["schedule"] == "adaptive" and section["refine"] == "mala" and section["refine_steps"] == 5
+        # 1024 samples: the default 8 populations of 128, each with 15 moves per step
+        assert section["schedule"] == "adaptive" and section["refine"] == "mala" and section["refine_steps"] == 15
         assert section["particles"] == 128 and section["populations"] == 8 and len(section["steps"]) == 8
         for key in ("beta", "ess", "acceptance", "step_size", "resampled_steps", "steps", "resamplings",
                     "final_ess", "log_z_populations", "genealogy_stderr"):
