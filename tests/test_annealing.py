@@ -92,3 +92,26 @@ def test_batched_backward_scoring_gives_the_same_weights_and_gradients(sampler):
     assert float(v1) == pytest.approx(float(v0), rel=1e-6)
     for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6 * float(jnp.max(jnp.abs(a)) + 1))
+
+
+def test_the_compiled_chunk_takes_the_network_as_an_argument_not_a_constant():
+    """An untrained MCD network (output layer zero) gives exactly the AIS weights, also in a chunk
+    of 2,048 particles. XLA on the CPU (jaxlib 0.10.2) miscompiles a vmapped product with an
+    all-zero matrix that is a compile-time constant once the batch reaches about 2,048 rows: about
+    every other compilation returned garbage (−inf, ±1e30) for every particle. The estimators pass
+    the parameters to the compiled function as arguments, where it does not happen; this test
+    fails if a compiled entry point ever closes over them. Six fresh compilations, since a bad one
+    was about one in two (a copy of the chunk that closes over the parameters failed 2 of 4)."""
+    target = Target.create(lambda x: -0.5 * jnp.sum((x - 0.5) ** 2), dim=3)
+    mcd = SamplerConfig(sampler="ula", backward="mcd", steps=6, hidden=32)
+    ais = SamplerConfig(sampler="ula", backward="ais", steps=6)
+    params = annealing.init_params(jax.random.key(0), target, mcd)
+    reference = np.asarray(
+        annealing.log_weight_chunk(target, ais, 64)(params._replace(backward=None), jax.random.key(1), 0)
+    )
+    assert np.all(np.isfinite(reference))
+    for _ in range(6):
+        jax.clear_caches()
+        weights = np.asarray(annealing.log_weight_chunk(target, mcd, 2048)(params, jax.random.key(1), 0))
+        assert np.all(np.isfinite(weights))
+        np.testing.assert_allclose(weights[:64], reference, rtol=1e-5, atol=1e-5)
