@@ -8,7 +8,7 @@ and interleaved (so both see the same machine load):
   target ESS `--target-ess`), prior π0 and likelihood γ/π0, log Ẑ the sum of the increments;
 - `mcd estimate TARGET --backward ais --iterations 0 --resample 0.5 --refine hmc --schedule adaptive
   --refine-steps MOVES --leapfrog L --target-ess E --samples N --seed S` as a library call
-  (`run.execute`): the same particle count, `--mcd-moves` moves per temperature (its default, 15)
+  (`run.execute`): the same particle count (or `--mcd-particles`, to compare at equal wall time), `--mcd-moves` moves per temperature (its default, 15)
   of `--mcd-leapfrog` leapfrog steps (its default, 3: it runs in coordinates whitened by its
   preconditioner, where εL ≈ π/2 is best), so 45 gradients per temperature against BlackJAX's
   5 × 10 = 50 with the defaults; its step size
@@ -101,7 +101,7 @@ def run_mcd(target, args, seed: int) -> dict:
         leapfrog=args.mcd_leapfrog, target_ess=args.target_ess, max_steps=args.max_steps,
     )
     plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0),
-                       num_samples=args.particles, seed=seed)
+                       num_samples=args.mcd_particles or args.particles, seed=seed)
     t0 = time.perf_counter()
     rec = run.execute(plan).as_dict()
     seconds = time.perf_counter() - t0
@@ -176,6 +176,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--particles", type=int, default=4096)
     parser.add_argument("--moves", type=int, default=5, help="BlackJAX's moves per temperature")
+    parser.add_argument("--mcd-particles", type=int, default=0,
+                        help="mcd's particles when they differ from BlackJAX's --particles (equal wall time)")
     parser.add_argument("--mcd-moves", type=int, default=ADAPTIVE_REFINE_STEPS,
                         help="mcd's moves per temperature (its default with --schedule adaptive)")
     parser.add_argument("--leapfrog", type=int, default=10, help="BlackJAX's leapfrog steps (unit mass)")
@@ -198,6 +200,8 @@ def main() -> None:
         settings["mcd_leapfrog"] = args.mcd_leapfrog
     if args.mcd_moves != args.moves:  # older result files ran both with --moves
         settings["mcd_moves"] = args.mcd_moves
+    if args.mcd_particles:
+        settings["mcd_particles"] = args.mcd_particles
     results = ResultFile(args.output, "smc_vs_blackjax", settings)
     for dim in args.dim:
         for name in args.targets:
