@@ -966,7 +966,7 @@ def estimate_populations(
     merged = population_verdict(merged, runs)
     drift = stationarity_of(outputs)
     if drift is not None:
-        merged = stationarity_verdict(merged, *drift)
+        merged = stationarity_verdict(merged, *drift, smc.stationarity_moves(s))
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
     acceptance = acceptance[np.isfinite(acceptance)]
     diagnostics = {
@@ -985,6 +985,7 @@ def estimate_populations(
         "median_move_correlation": mixing,
         "stationarity_drift": None if drift is None else drift[0],
         "stationarity_z": None if drift is None else drift[1],
+        "stationarity_moves": None if drift is None else smc.stationarity_moves(s),
         "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
         "log_z_is": None,
         "log_z_is_stderr": None,

@@ -124,7 +124,7 @@ class SMCOutput(NamedTuple):
     resamplings: jax.Array
     steps: jax.Array  # steps taken (K; adaptive: the outcome)
     trace: Trace
-    # `stationarity`: (mean change of log γ over `STATIONARITY_MOVES` extra moves at β = 1, its z
+    # `stationarity`: (mean change of log γ over `stationarity_moves` extra moves at β = 1, its z
     # score); None without refinement moves
     drift: Any = None
 
@@ -294,8 +294,27 @@ def move_correlation(before: jax.Array, after: jax.Array, log_w: jax.Array) -> j
     return jnp.mean(jnp.where(scale > 0, cov / jnp.where(scale > 0, scale, 1.0), 1.0))
 
 
-# Moves made at β = 1 after the run, only to test whether the final population is at equilibrium.
+# Moves made at β = 1 after the run, only to test whether the final population is at equilibrium:
+# STATIONARITY_MOVES, or STATIONARITY_TEMPERATURES temperatures' worth of the run's own moves when
+# that is more (`stationarity_moves`).
 STATIONARITY_MOVES = 20
+STATIONARITY_TEMPERATURES = 5
+
+
+def stationarity_moves(config: SamplerConfig) -> int:
+    """Extra moves of the stationarity test: `max(20, 5 · refine_steps)`.
+
+    20 moves tell a population off equilibrium from one at it when each temperature made one to
+    five moves (docs/method.md). A run that makes 15 per temperature (adaptive tempering's
+    default) has already made as many at each step, so a drift they did not remove needs more to
+    show: with 20, student_t3 at d = 200 passed with its tails short (z −0.7 to −2.0, errors 4–7
+    SE); with 80, z was −4.7 to −5.3, while gauss_narrow's correct runs stayed at 0.2–1.4.
+
+    Example:
+        >>> stationarity_moves(SamplerConfig()), stationarity_moves(SamplerConfig(refine_steps=15))
+        (20, 75)
+    """
+    return max(STATIONARITY_MOVES, STATIONARITY_TEMPERATURES * config.refine_steps)
 
 
 def stationarity(
@@ -308,7 +327,7 @@ def stationarity(
     sharding: Optional[NamedSharding] = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Is the final population at equilibrium? `(m, z)`: the weighted mean change `m` of log γ(x)
-    over `STATIONARITY_MOVES` refinement moves at β = 1, and `z = m / se(m)`.
+    over `stationarity_moves(config)` refinement moves at β = 1, and `z = m / se(m)`.
 
     A γ-invariant kernel leaves E_γ[log γ(x)] unchanged, so a population that represents γ shows
     no drift beyond noise. One that the moves have not mixed (a funnel's neck never entered, a
@@ -320,7 +339,7 @@ def stationarity(
     resampling could make it somewhat small; on runs that were right and on exact draws |z|
     stayed below 2.5 (docs/method.md), and `stats.STATIONARITY_WARN` is 3.
     """
-    extra = dataclasses.replace(config, refine_steps=STATIONARITY_MOVES)
+    extra = dataclasses.replace(config, refine_steps=stationarity_moves(config))
     moved, _, _ = refine_population(pop, key, jnp.ones((), pop.log_w.dtype), kernel, path, evaluate, extra, True, sharding)
     delta = replicate(moved.states.log_target - pop.states.log_target, sharding)
     w = normalised(pop.log_w)

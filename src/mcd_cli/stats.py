@@ -791,9 +791,10 @@ def mixing_verdict(estimate: Estimate, correlation: Optional[float]) -> Estimate
 STATIONARITY_WARN = 3.0
 
 
-def stationarity_verdict(estimate: Estimate, drift: float, z: float) -> Estimate:
+def stationarity_verdict(estimate: Estimate, drift: float, z: float, moves: int = 20) -> Estimate:
     """The estimate with the verdict of the stationarity test: at most `warn` when |z| exceeds
-    `STATIONARITY_WARN`; unchanged otherwise.
+    `STATIONARITY_WARN`; unchanged otherwise. `moves`: how many extra moves the test made (for the
+    reason's text; `smc.stationarity_moves`).
 
     Example:
         >>> e = Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
@@ -803,7 +804,7 @@ def stationarity_verdict(estimate: Estimate, drift: float, z: float) -> Estimate
     if not math.isfinite(z) or abs(z) <= STATIONARITY_WARN:
         return estimate
     reason = (
-        f"the final particles are not at equilibrium: {STATIONARITY_MOVES_TEXT} at β = 1 change their "
+        f"the final particles are not at equilibrium: {moves} more refinement moves at β = 1 change their "
         f"mean log density by {drift:+.3g} ({abs(z):.0f} standard errors), so the estimate is biased "
         "by more than its standard error shows; use more --refine-steps or --leapfrog, or more --samples"
     )
@@ -811,8 +812,6 @@ def stationarity_verdict(estimate: Estimate, drift: float, z: float) -> Estimate
         estimate, status=worst([estimate.status, Status.WARN]), reasons=(*estimate.reasons, reason)
     )
 
-
-STATIONARITY_MOVES_TEXT = "20 more refinement moves"
 
 
 def population_verdict(estimate: Estimate, populations: int) -> Estimate:
