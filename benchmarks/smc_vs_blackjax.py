@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
-from mcd_cli import run  # noqa: E402
+from mcd_cli import run, smc  # noqa: E402
 from mcd_cli.config import ADAPTIVE_REFINE_STEPS, SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 
@@ -178,6 +178,9 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=5, help="BlackJAX's moves per temperature")
     parser.add_argument("--mcd-particles", type=int, default=0,
                         help="mcd's particles when they differ from BlackJAX's --particles (equal wall time)")
+    parser.add_argument("--stationarity-moves", type=int, default=0,
+                        help="exactly this many extra moves in mcd's stationarity test (default: its rule, "
+                             "max(20, 5 × moves))")
     parser.add_argument("--mcd-moves", type=int, default=ADAPTIVE_REFINE_STEPS,
                         help="mcd's moves per temperature (its default with --schedule adaptive)")
     parser.add_argument("--leapfrog", type=int, default=10, help="BlackJAX's leapfrog steps (unit mass)")
@@ -202,6 +205,9 @@ def main() -> None:
         settings["mcd_moves"] = args.mcd_moves
     if args.mcd_particles:
         settings["mcd_particles"] = args.mcd_particles
+    if args.stationarity_moves:
+        settings["stationarity_moves"] = args.stationarity_moves
+        smc.STATIONARITY_MOVES, smc.STATIONARITY_TEMPERATURES = args.stationarity_moves, 0
     results = ResultFile(args.output, "smc_vs_blackjax", settings)
     for dim in args.dim:
         for name in args.targets:
