@@ -34,6 +34,7 @@ def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
     # Gaussian well: the one reason for `warn` is the single population (stats.population_verdict),
     # none about mixing.
     assert smc["refine_steps"] == 15 and rec["status"] == "warn"
+    assert smc["stationarity_moves"] == 75  # five temperatures' worth (smc.stationarity_moves)
     assert len(rec["reasons"]) == 1 and "1 SMC population" in rec["reasons"][0]
     corr = smc["move_correlation"]
     assert len(corr) == k and corr[-1] is None and all(-1.0 <= c <= 1.0 for c in corr[:-1])

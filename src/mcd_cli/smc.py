@@ -308,7 +308,8 @@ def stationarity_moves(config: SamplerConfig) -> int:
     five moves (docs/method.md). A run that makes 15 per temperature (adaptive tempering's
     default) has already made as many at each step, so a drift they did not remove needs more to
     show: with 20, student_t3 at d = 200 passed with its tails short (z −0.7 to −2.0, errors 4–7
-    SE); with 80, z was −4.7 to −5.3, while gauss_narrow's correct runs stayed at 0.2–1.4.
+    SE); with 75, all ten of its runs had z −3.2 to −5.9, while gauss_narrow's correct runs stayed
+    within ±2 (docs/benchmarks.md, "Coverage at d = 200 with 15 moves").
 
     Example:
         >>> stationarity_moves(SamplerConfig()), stationarity_moves(SamplerConfig(refine_steps=15))

@@ -813,7 +813,6 @@ def stationarity_verdict(estimate: Estimate, drift: float, z: float, moves: int 
     )
 
 
-
 def population_verdict(estimate: Estimate, populations: int) -> Estimate:
     """The estimate with the verdict of its population count: an SMC estimate from fewer than
     `MIN_POPULATIONS` populations whose headline is the genealogy standard error is at most `warn`.
