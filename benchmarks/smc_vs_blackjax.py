@@ -180,7 +180,7 @@ def main() -> None:
                         help="mcd's particles when they differ from BlackJAX's --particles (equal wall time)")
     parser.add_argument("--stationarity-moves", type=int, default=0,
                         help="exactly this many extra moves in mcd's stationarity test (default: its rule, "
-                             "max(20, 5 × moves))")
+                             "max(20, 5 × --mcd-moves))")
     parser.add_argument("--mcd-moves", type=int, default=ADAPTIVE_REFINE_STEPS,
                         help="mcd's moves per temperature (its default with --schedule adaptive)")
     parser.add_argument("--leapfrog", type=int, default=10, help="BlackJAX's leapfrog steps (unit mass)")

@@ -232,9 +232,10 @@ def test_stationarity_test_passes_exact_draws_and_flags_a_population_off_equilib
     # extra moves widen it, log γ falls, and the test says so.
     assert _stationarity_z(0.7, 0) < -3 * stats.STATIONARITY_WARN
     e = stats.Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
-    flagged = stats.stationarity_verdict(e, -0.5, -4.0)
+    flagged = stats.stationarity_verdict(e, -0.5, -4.0, 75)
     assert flagged.status.value == "warn" and "not at equilibrium" in flagged.reasons[-1]
-    assert stats.stationarity_verdict(e, 0.01, 2.9) is e
+    assert "75 more refinement moves" in flagged.reasons[-1]
+    assert stats.stationarity_verdict(e, 0.01, 2.9, 75) is e
 
 
 def test_next_beta_hits_the_target_conditional_ess():

@@ -965,8 +965,9 @@ def estimate_populations(
         merged = mixing_verdict(merged, mixing)
     merged = population_verdict(merged, runs)
     drift = stationarity_of(outputs)
+    extra_moves = None if drift is None else smc.stationarity_moves(s)
     if drift is not None:
-        merged = stationarity_verdict(merged, *drift, smc.stationarity_moves(s))
+        merged = stationarity_verdict(merged, *drift, extra_moves)
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
     acceptance = acceptance[np.isfinite(acceptance)]
     diagnostics = {
@@ -985,7 +986,7 @@ def estimate_populations(
         "median_move_correlation": mixing,
         "stationarity_drift": None if drift is None else drift[0],
         "stationarity_z": None if drift is None else drift[1],
-        "stationarity_moves": None if drift is None else smc.stationarity_moves(s),
+        "stationarity_moves": extra_moves,
         "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
         "log_z_is": None,
         "log_z_is_stderr": None,

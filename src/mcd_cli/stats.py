@@ -791,14 +791,14 @@ def mixing_verdict(estimate: Estimate, correlation: Optional[float]) -> Estimate
 STATIONARITY_WARN = 3.0
 
 
-def stationarity_verdict(estimate: Estimate, drift: float, z: float, moves: int = 20) -> Estimate:
+def stationarity_verdict(estimate: Estimate, drift: float, z: float, moves: int) -> Estimate:
     """The estimate with the verdict of the stationarity test: at most `warn` when |z| exceeds
     `STATIONARITY_WARN`; unchanged otherwise. `moves`: how many extra moves the test made (for the
     reason's text; `smc.stationarity_moves`).
 
     Example:
         >>> e = Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
-        >>> stationarity_verdict(e, 0.5, 9.0).status.value, stationarity_verdict(e, 0.01, 1.0).status.value
+        >>> stationarity_verdict(e, 0.5, 9.0, 20).status.value, stationarity_verdict(e, 0.01, 1.0, 20).status.value
         ('warn', 'ok')
     """
     if not math.isfinite(z) or abs(z) <= STATIONARITY_WARN:
