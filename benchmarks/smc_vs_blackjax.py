@@ -124,11 +124,12 @@ def render(path: Path) -> str:
     lines = ["# Adaptive tempered SMC: mcd beside BlackJAX", ""]
     for s in data["sessions"]:
         m = s["machine"]
+        load = m.get("load_average_at_start")
         lines.append(
             f"- `{s['command']}`  \n  {m['cpu_model']}, {m['cpu_count']} cores ({m.get('cpu_affinity', '?')} "
-            f"usable by the run), load average at start {', '.join(f'{v:.1f}' for v in m['load_average_at_start'])}; "
+            f"usable by the run), load average at start {', '.join(f'{v:.1f}' for v in load) if load else 'not recorded'}; "
             f"JAX {m['jax']} ({m['backend']}{': ' + ', '.join(m['devices']) if m['backend'] != 'cpu' else ''}); "
-            f"commit `{(m['git_commit'] or '')[:10]}`; {m['date']}"
+            f"commit `{(m['git_commit'] or '')[:10]}`; {m['date']}" + (f"  \n  {s['note']}" if s.get("note") else "")
         )
     lines += ["", f"Settings: `{json.dumps(data['settings'])}`", "",
               "| target | d | seeds | BlackJAX RMSE | mcd RMSE | ratio | BlackJAX median s | mcd median s "

@@ -710,9 +710,10 @@ def auto_batch_size(platform: Optional[str] = None) -> int:
     """`--batch-size auto`: 128 on a CPU, 1024 on a GPU or TPU.
 
     On a CPU the update's time grows in proportion to the batch, so the paper's 128 is kept. On
-    an accelerator a ULA-MCD update at K = 64, batch 128 is bound by kernel launches, not
-    arithmetic (measured on an H200: batch 4,096 costs 3.3× batch 128), so a batch 8× larger
-    costs far less than 8× the time and gives gradients with 8× less variance. `validate`
+    an accelerator an update at K = 64, batch 128 is bound by kernel launches, not arithmetic
+    (measured on an H200 at d = 200, chunks of 50, unroll 4: batch 1024 costs 2.0× batch 128 for
+    ULA and 2.6× for ULA-MCD, 2.79 → 7.29 ms; benchmarks/results/training_step_gpu_h200*.json),
+    so a batch 8× larger costs far less than 8× the time and gives gradients with 8× less variance. `validate`
     refuses the run when that batch does not fit in memory (lower it with --batch-size).
     """
     platform = platform or jax.devices()[0].platform
@@ -722,10 +723,11 @@ def auto_batch_size(platform: Optional[str] = None) -> int:
 def auto_unroll(platform: Optional[str] = None) -> int:
     """Steps fused per iteration of the annealing scan: 1 on a CPU, 4 on a GPU or TPU.
 
-    Measured on an H200 (d = 200, K = 64, batch 128): unroll 4 takes the ULA-MCD update from
-    16.9 to 9.7 ms (ULA 3.8 → 2.6 ms) at 2–3× the compile time, and 16 gains little more for a
-    25 s compile. On a CPU the step is arithmetic-bound and unrolling only adds compile time
-    (benchmarks/results/unroll_cpu.md).
+    Measured on an H200 (gmm8, d = 200, K = 64, batch 128, chunks of 50 updates;
+    benchmarks/results/training_step_gpu_h200_unroll.json): unroll 1 / 4 / 8 take the ULA update
+    3.23 / 1.93 / 1.75 ms, ULA-MCD 4.33 / 2.80 / 2.64 ms and UHA-MCD 5.50 / 4.07 / 4.07 ms; 4 gains
+    26–40 %, 8 another 0–9 %, for 3–59 % more compile time. On a CPU unrolling by 4 made the
+    update 13–52 % slower (benchmarks/results/training_step_cpu.json).
     """
     platform = platform or jax.devices()[0].platform
     return 1 if platform == "cpu" else ACCELERATOR_UNROLL
