@@ -48,6 +48,8 @@ def test_the_default_estimate_is_trained_kernels_inside_smc_with_hmc_moves(mcd, 
     assert rec["label"] == "ULA-MCD+SMC" and rec["config"]["resample"] == 0.5 and rec["config"]["refine"] == "hmc"
     smc = rec["smc"]
     assert smc["populations"] == 8 and smc["particles"] == 128 and smc["refine"] == "hmc"
+    # Five moves per refinement (config.CLI_REFINE_STEPS), so the stationarity test makes 25.
+    assert rec["config"]["refine_steps"] == 5 and smc["refine_steps"] == 5 and smc["stationarity_moves"] == 25
     assert rec["log_z_is"] is not None  # importance sampling of the same kernels, beside
     assert rec["status"] != "unreliable" and rec["log_z_stderr"] > 0, rec["reasons"]
     assert abs(rec["error"]) < 4 * rec["log_z_stderr"] + 0.05
@@ -56,6 +58,10 @@ def test_the_default_estimate_is_trained_kernels_inside_smc_with_hmc_moves(mcd, 
         code, out, err = mcd(["estimate", gauss_yaml, *args, "--dry-run", "--json"])
         assert code == 0, err
         assert records(out)[-1]["sampler_config"]["resample"] == 0.0
+    # An explicit --refine-steps is kept.
+    code, out, err = mcd(["estimate", gauss_yaml, "--refine-steps", "2", "--dry-run", "--json"])
+    assert code == 0, err
+    assert records(out)[-1]["sampler_config"]["refine_steps"] == 2
 
 
 @pytest.mark.slow

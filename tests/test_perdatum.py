@@ -5,7 +5,6 @@ z ~ N(0, I_2), x | z ~ N(W z, σ² I_3), so p(x) = N(x; 0, W Wᵀ + σ² I) in c
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import textwrap
 import tracemalloc

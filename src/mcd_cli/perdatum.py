@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 import jax

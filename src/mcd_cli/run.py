@@ -547,13 +547,13 @@ def _train(plan: RunPlan, target: Any, key: jax.Array, repeat: int, progress: Pr
     path = plan.state_path(repeat) if plan.checkpoint_dir is not None else None
     if path is not None and plan.resume and path.exists():
         state, _ = checkpoint.load_state(path, state)
-    on_checkpoint = None
-    if path is not None:
-        meta = {**_file_meta(plan), "repeat": repeat}
+    meta = {**_file_meta(plan), "repeat": repeat} if path is not None else None
 
-        def on_checkpoint(st):
-            if devices.is_primary():
-                checkpoint.save_state(path, st, meta)
+    def save_checkpoint(st):
+        if devices.is_primary():
+            checkpoint.save_state(path, st, meta)
+
+    on_checkpoint = save_checkpoint if path is not None else None
 
     label = "training" if plan.repeats == 1 else f"training {repeat + 1}/{plan.repeats}"
     callback = progress.training(label, total=t.iterations, start=state.iteration)

@@ -15,7 +15,6 @@ from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
-from mcd_cli.errors import UsageError
 from mcd_cli.cli.options import (
     SAMPLER,
     LeapfrogOpt,

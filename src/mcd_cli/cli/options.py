@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from mcd_cli.config import (
-    ADAPTIVE_REFINE_STEPS, CLI_REFINE, CLI_RESAMPLE, INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
+    ADAPTIVE_REFINE_STEPS, CLI_REFINE, CLI_REFINE_STEPS, CLI_RESAMPLE, INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
 )
 from mcd_cli.kernels import registry
 from mcd_cli.run import DEFAULT_SAMPLES
@@ -171,7 +171,7 @@ RefineStepsOpt = Annotated[
     Optional[int],
     typer.Option(
         "--refine-steps",
-        help=f"Moves per refinement. (default: {_S.refine_steps}; {ADAPTIVE_REFINE_STEPS} with --schedule adaptive)",
+        help=f"Moves per refinement. (default: {CLI_REFINE_STEPS}; {ADAPTIVE_REFINE_STEPS} with --schedule adaptive)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
