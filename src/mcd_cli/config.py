@@ -252,7 +252,7 @@ CLI_REFINE = "hmc"
 # Moves per refinement in that pipeline (with a fixed schedule; adaptive tempering makes
 # ADAPTIVE_REFINE_STEPS). One move left the populations short in heavy tails and at kinks, a bias
 # the genealogy standard error does not see: over seeds 12-19 of the calibration study the mean
-# error was −0.037 on laplace and −0.031 on student_t3 with 1 move, −0.010 and −0.022 with 3,
+# error was −0.037 on laplace and −0.031 on student_t3 with 1 move, −0.012 and −0.022 with 3,
 # −0.008 and −0.016 with 5 (standard errors about 0.02; docs/method.md, "Refinement").
 # Refinement runs only after a resampling, so well-trained kernels pay for it rarely.
 CLI_REFINE_STEPS = 5
