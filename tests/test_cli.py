@@ -102,7 +102,7 @@ def test_estimate_trains_uha_mcd_and_reports_training(mcd, gauss_yaml):
     code, out, err = mcd(["estimate", gauss_yaml, *args, "--sampler", "uha", "--iterations", "3", "--json"])
     assert code == 0, err
     (rec,) = records(out)
-    assert rec["label"] == "UHA-MCD" and rec["iterations_run"] == 3
+    assert rec["label"] == "UHA-MCD+SMC" and rec["iterations_run"] == 3  # SMC is the default estimate
     assert rec["skipped_steps"] == 0 and rec["recoveries"] == 0
 
 
