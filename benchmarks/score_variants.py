@@ -1,0 +1,96 @@
+"""Probes of the paper-table cells that miss at the CPU budget: training settings and a score-network variant.
+
+One cell of `paper_tables.py` (K = 64, d = 20, width 32, 1,000 updates of batch 128, the pilot's step
+sizes, 16,384 importance samples; exactly `paper_tables.run_cell`) under variants:
+
+- `base`: the cell as `paper_tables.py --budget cpu --step-size pilot --iterations 1000` runs it;
+- `lr5e-3`, `lr1e-2`: Adam's learning rate (the budget's is 2e-3);
+- `schedule`: the annealing schedule β learned too;
+- `hidden64`: score width 64;
+- `linear`: the score network plus a per-step diagonal linear term, `s̃(k, z) + Σ_j a_kj ⊙ z_j`
+  (z split into blocks of the output's size: x for ULA, x and p for UHA), zero at the start so the
+  warm start is unchanged. A Gaussian's backward correction is linear in x with a scale that
+  changes along the path; the paper's blocks normalise their input (LayerNorm), so they cannot
+  produce an output that grows with |x| at a step-dependent rate. Patched in here, not part of
+  mcd-cli's network.
+
+    python benchmarks/score_variants.py --cells gauss_narrow/uha-mcd gmm8/uha-mcd --variants base linear \
+        --seeds 0 1 2 --output benchmarks/results/score_variants_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax.numpy as jnp  # noqa: E402
+
+from common import RESULTS, ResultFile, log  # noqa: E402
+from mcd_cli import score  # noqa: E402
+from mcd_cli.config import TrainConfig  # noqa: E402
+from mcd_cli.targets import load_target  # noqa: E402
+from paper_tables import run_cell, sampler_config  # noqa: E402
+
+VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear")
+_INIT, _APPLY = score.init, score.apply
+
+
+def _linear_init(key, in_dim, out_dim, steps, hidden=128, time_dim=16, blocks=3, context_dim=0):
+    params = _INIT(key, in_dim, out_dim, steps, hidden, time_dim, blocks, context_dim)
+    if in_dim % out_dim == 0:
+        params["linear"] = jnp.zeros((steps + 1, in_dim // out_dim, out_dim))
+    return params
+
+
+def _linear_apply(params, k, z, context=None):
+    out = _APPLY(params, k, z, context)
+    if "linear" in params:
+        a = params["linear"][k]
+        out = out + jnp.sum(a * z.reshape(a.shape), axis=0)
+    return out
+
+
+def configure(variant: str, estimator: str):
+    score.init, score.apply = (_linear_init, _linear_apply) if variant == "linear" else (_INIT, _APPLY)
+    sconf = sampler_config(estimator, 64, 32, "pilot")
+    tconf = TrainConfig(iterations=1000, batch_size=128, lr=2e-3)
+    if variant.startswith("lr"):
+        tconf = dataclasses.replace(tconf, lr=float(variant[2:]))
+    if variant == "schedule":
+        sconf = dataclasses.replace(sconf, learn_schedule=True)
+    if variant == "hidden64":
+        sconf = dataclasses.replace(sconf, hidden=64)
+    return sconf, tconf
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cells", nargs="+", default=["gauss_narrow/uha-mcd", "gmm8/uha-mcd"], help="TARGET/ESTIMATOR")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["base", "linear"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--output", type=Path, default=RESULTS / "score_variants_cpu.json")
+    args = parser.parse_args()
+    out = ResultFile(args.output, "score_variants", {"dim": 20, "steps": 64, "hidden": 32, "iterations": 1000,
+                                                     "batch_size": 128, "num_samples": 16384, "step_size": "pilot"})
+    for cell in args.cells:
+        name, estimator = cell.split("/")
+        target = load_target(name, {"dim": "20"})
+        for variant in args.variants:
+            for seed in args.seeds:
+                key = f"{name}/{estimator}/{variant}/seed{seed}"
+                if key in out:
+                    continue
+                sconf, tconf = configure(variant, estimator)
+                t0 = time.perf_counter()
+                result = {**run_cell(target, sconf, tconf, seed, 16_384), "seconds": time.perf_counter() - t0}
+                out.add(key, result)
+                log(f"{key}: log Z {result.get('log_z')} ELBO {result.get('elbo')} k {result.get('pareto_k')}")
+
+
+if __name__ == "__main__":
+    main()
