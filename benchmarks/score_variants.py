@@ -12,7 +12,8 @@ sizes, 16,384 importance samples; exactly `paper_tables.run_cell`) under variant
   warm start is unchanged. A Gaussian's backward correction is linear in x with a scale that
   changes along the path; the paper's blocks normalise their input (LayerNorm), so they cannot
   produce an output that grows with |x| at a step-dependent rate. Patched in here, not part of
-  mcd-cli's network.
+  mcd-cli's network;
+- `linear-lr5e-3`: both.
 
     python benchmarks/score_variants.py --cells gauss_narrow/uha-mcd gmm8/uha-mcd --variants base linear \
         --seeds 0 1 2 --output benchmarks/results/score_variants_cpu.json
@@ -36,7 +37,7 @@ from mcd_cli.config import TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from paper_tables import run_cell, sampler_config  # noqa: E402
 
-VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear")
+VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear", "linear-lr5e-3")
 _INIT, _APPLY = score.init, score.apply
 
 
@@ -56,14 +57,15 @@ def _linear_apply(params, k, z, context=None):
 
 
 def configure(variant: str, estimator: str):
-    score.init, score.apply = (_linear_init, _linear_apply) if variant == "linear" else (_INIT, _APPLY)
+    linear, _, rest = variant.partition("-") if variant.startswith("linear") else ("", "", variant)
+    score.init, score.apply = (_linear_init, _linear_apply) if linear else (_INIT, _APPLY)
     sconf = sampler_config(estimator, 64, 32, "pilot")
     tconf = TrainConfig(iterations=1000, batch_size=128, lr=2e-3)
-    if variant.startswith("lr"):
-        tconf = dataclasses.replace(tconf, lr=float(variant[2:]))
-    if variant == "schedule":
+    if rest.startswith("lr"):
+        tconf = dataclasses.replace(tconf, lr=float(rest[2:]))
+    if rest == "schedule":
         sconf = dataclasses.replace(sconf, learn_schedule=True)
-    if variant == "hidden64":
+    if rest == "hidden64":
         sconf = dataclasses.replace(sconf, hidden=64)
     return sconf, tconf
 
