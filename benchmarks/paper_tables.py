@@ -28,6 +28,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -103,6 +104,8 @@ def main(argv=None) -> None:
     p.add_argument("--num-samples", type=int, default=16_384, help="importance samples per estimate")
     p.add_argument("--step-size", choices=("fixed", "pilot"), default="fixed",
                    help="how the step sizes start: the paper's 0.05 everywhere, or the pilot run (mcd's default)")
+    p.add_argument("--score-linear", action="store_true",
+                   help="MCD's score network with a per-step diagonal linear term (SamplerConfig.score_linear)")
     p.add_argument("--output", type=Path, help="default: benchmarks/results/paper_tables_<budget>.json")
     args = p.parse_args(argv)
 
@@ -121,6 +124,8 @@ def main(argv=None) -> None:
     }
     if args.step_size != "fixed":  # files made before the option existed hold fixed-start cells
         settings["step_size"] = args.step_size
+    if args.score_linear:  # likewise: files without the key ran the paper's network
+        settings["score_linear"] = True
     results = ResultFile(output, "paper_tables", settings)
     tconf = TrainConfig(iterations=b["iterations"], batch_size=b["batch_size"], lr=b["lr"])
     for steps in b["steps"]:
@@ -132,7 +137,8 @@ def main(argv=None) -> None:
                     pending = [s for s in b["seeds"] if keys[s] not in results]
                     if not pending:
                         continue
-                    sconf = sampler_config(est, steps, b["hidden"], args.step_size)
+                    sconf = dataclasses.replace(sampler_config(est, steps, b["hidden"], args.step_size),
+                                                score_linear=args.score_linear)
                     for i, seed in enumerate(pending):
                         t0 = time.perf_counter()
                         cell = run_cell(target, sconf, tconf, seed, args.num_samples)

@@ -7,12 +7,8 @@ sizes, 16,384 importance samples; exactly `paper_tables.run_cell`) under variant
 - `lr5e-3`, `lr1e-2`: Adam's learning rate (the budget's is 2e-3);
 - `schedule`: the annealing schedule β learned too;
 - `hidden64`: score width 64;
-- `linear`: the score network plus a per-step diagonal linear term, `s̃(k, z) + Σ_j a_kj ⊙ z_j`
-  (z split into blocks of the output's size: x for ULA, x and p for UHA), zero at the start so the
-  warm start is unchanged. A Gaussian's backward correction is linear in x with a scale that
-  changes along the path; the paper's blocks normalise their input (LayerNorm), so they cannot
-  produce an output that grows with |x| at a step-dependent rate. Patched in here, not part of
-  mcd-cli's network;
+- `linear`: the score network plus a per-step diagonal linear term (`SamplerConfig.score_linear`,
+  off by default; docs/method.md, "A linear term in the score");
 - `linear-lr5e-3`: both.
 
     python benchmarks/score_variants.py --cells gauss_narrow/uha-mcd gmm8/uha-mcd --variants base linear \
@@ -29,37 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax.numpy as jnp  # noqa: E402
-
 from common import RESULTS, ResultFile, log  # noqa: E402
-from mcd_cli import score  # noqa: E402
 from mcd_cli.config import TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from paper_tables import run_cell, sampler_config  # noqa: E402
 
 VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear", "linear-lr5e-3")
-_INIT, _APPLY = score.init, score.apply
-
-
-def _linear_init(key, in_dim, out_dim, steps, hidden=128, time_dim=16, blocks=3, context_dim=0):
-    params = _INIT(key, in_dim, out_dim, steps, hidden, time_dim, blocks, context_dim)
-    if in_dim % out_dim == 0:
-        params["linear"] = jnp.zeros((steps + 1, in_dim // out_dim, out_dim))
-    return params
-
-
-def _linear_apply(params, k, z, context=None):
-    out = _APPLY(params, k, z, context)
-    if "linear" in params:
-        a = params["linear"][k]
-        out = out + jnp.sum(a * z.reshape(a.shape), axis=0)
-    return out
-
-
 def configure(variant: str, estimator: str):
     linear, _, rest = variant.partition("-") if variant.startswith("linear") else ("", "", variant)
-    score.init, score.apply = (_linear_init, _linear_apply) if linear else (_INIT, _APPLY)
-    sconf = sampler_config(estimator, 64, 32, "pilot")
+    sconf = dataclasses.replace(sampler_config(estimator, 64, 32, "pilot"), score_linear=bool(linear))
     tconf = TrainConfig(iterations=1000, batch_size=128, lr=2e-3)
     if rest.startswith("lr"):
         tconf = dataclasses.replace(tconf, lr=float(rest[2:]))

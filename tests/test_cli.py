@@ -188,6 +188,15 @@ def test_config_file_can_name_the_target_and_a_preset(mcd, gauss_yaml, tmp_path)
     assert plan["train_config"]["iterations"] == 0  # the config file beats the preset
 
 
+def test_config_file_sets_a_sampler_field_without_an_option(mcd, gauss_yaml, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("score_linear: true\ntime_dim: 8\n")
+    code, out, err = mcd(["estimate", gauss_yaml, "--config", config, "--dry-run", "--json"])
+    assert code == 0, err
+    (plan,) = records(out)
+    assert plan["sampler_config"]["score_linear"] is True and plan["sampler_config"]["time_dim"] == 8
+
+
 @pytest.mark.parametrize(
     "extra, needle",
     [

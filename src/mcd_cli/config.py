@@ -75,6 +75,9 @@ class SamplerConfig:
         init_cov: "diag" or "full" (Laplace only: a full covariance, applied by whitening the target).
         context_dim: size of the datum's features the score network is conditioned on (amortised
             MCD over the data of a conditional target); 0: unconditional.
+        score_linear: MCD: add a per-step diagonal linear term to the score network's output,
+            `Σ_j a_kj ⊙ z_j` over the input's blocks of the output's size (zero at the start, so
+            the warm start is unchanged); the paper's network has none (`score.py`).
         unroll: annealing steps fused per iteration of the compiled loop (`lax.scan(unroll=)`);
             the command line picks it by device (`run.auto_unroll`).
         resample: SMC: resample when ESS/N falls below this fraction (0: never, importance sampling).
@@ -105,6 +108,7 @@ class SamplerConfig:
     init: str = "auto"
     init_cov: str = "diag"
     context_dim: int = 0
+    score_linear: bool = False
     unroll: int = 1
     resample: float = 0.0
     resampling: str = "multinomial"

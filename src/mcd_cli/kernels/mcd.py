@@ -15,7 +15,8 @@ def init_params(key, in_dim, out_dim, steps, config):
     """The residual score network of width `config.hidden`, output layer zero (conditioned on the
     datum's features when `config.context_dim > 0`)."""
     return score.init(
-        key, in_dim, out_dim, steps, config.hidden, config.time_dim, config.blocks, config.context_dim
+        key, in_dim, out_dim, steps, config.hidden, config.time_dim, config.blocks, config.context_dim,
+        config.score_linear,
     )
 
 
@@ -27,7 +28,8 @@ def log_density(params, t: Transition):
 def param_count(in_dim, out_dim, config) -> float:
     """About as many parameters as the residual score network has."""
     h, t = config.hidden, config.time_dim
-    return float((in_dim + config.context_dim) * h + h * out_dim + config.blocks * (5 * h * h + 2 * t * h) + (config.steps + 1) * t)
+    linear = (config.steps + 1) * in_dim if config.score_linear else 0
+    return float((in_dim + config.context_dim) * h + h * out_dim + config.blocks * (5 * h * h + 2 * t * h) + (config.steps + 1) * t + linear)
 
 
 def activations(config) -> float:
