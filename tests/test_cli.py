@@ -195,6 +195,10 @@ def test_config_file_sets_a_sampler_field_without_an_option(mcd, gauss_yaml, tmp
     assert code == 0, err
     (plan,) = records(out)
     assert plan["sampler_config"]["score_linear"] is True and plan["sampler_config"]["time_dim"] == 8
+    # A bad value is named by its key (it has no option), in one line.
+    config.write_text('score_linear: "no"\n')
+    code, _, err = mcd(["estimate", gauss_yaml, "--config", config, "--dry-run"])
+    assert code == 2 and "'score_linear' (a --config key) must be true or false" in one_line_error(err)
 
 
 @pytest.mark.parametrize(

@@ -146,6 +146,9 @@ class SamplerConfig:
             raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
         if int(self.context_dim) < 0:
             raise ValueError(f"context_dim must be >= 0, got {self.context_dim}")
+        for name in ("learn_schedule", "learn_mass", "remat", "score_linear", "adaptive"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("hidden", "time_dim", "blocks", "refine_steps", "leapfrog", "max_steps"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import os
 import signal
 import sys
@@ -226,11 +227,25 @@ def _automatic(ctx: typer.Context, values: dict) -> dict:
     return values
 
 
+@functools.cache
+def _option_names() -> frozenset:
+    """The parameter names of every command's options."""
+    from mcd_cli.cli.app import app  # the commands register themselves on import of mcd_cli.cli
+
+    group = typer.main.get_command(app)
+    commands = getattr(group, "commands", {}).values() or [group]
+    return frozenset(p.name for command in commands for p in command.params)
+
+
 def _field_error(err: ValueError) -> UsageError:
+    """The config's error, naming the option (`--batch-size ...`) where the command has one, else
+    the configuration-file key (`'time_dim' in --config ...`)."""
     text = str(err)
+    options = _option_names()
     for name in sorted(SAMPLER_FIELDS | TRAIN_FIELDS, key=len, reverse=True):
         if text.startswith(name + " "):
-            text = "--" + name.replace("_", "-") + text[len(name):]
+            label = "--" + name.replace("_", "-") if name in options else f"'{name}' (a --config key)"
+            text = label + text[len(name):]
             break
     return UsageError(text)
 
