@@ -31,6 +31,8 @@ from mcd_cli.targets import load_target  # noqa: E402
 from paper_tables import run_cell, sampler_config  # noqa: E402
 
 VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear", "linear-lr5e-3")
+
+
 def configure(variant: str, estimator: str):
     linear, _, rest = variant.partition("-") if variant.startswith("linear") else ("", "", variant)
     sconf = dataclasses.replace(sampler_config(estimator, 64, 32, "pilot"), score_linear=bool(linear))
