@@ -106,6 +106,9 @@ def main(argv=None) -> None:
                    help="how the step sizes start: the paper's 0.05 everywhere, or the pilot run (mcd's default)")
     p.add_argument("--score-linear", action="store_true",
                    help="MCD's score network with a per-step diagonal linear term (SamplerConfig.score_linear)")
+    p.add_argument("--backward-variance", action="store_true",
+                   help="MCD's backward kernel with a learned variance factor per step "
+                        "(SamplerConfig.learn_backward_variance)")
     p.add_argument("--output", type=Path, help="default: benchmarks/results/paper_tables_<budget>.json")
     args = p.parse_args(argv)
 
@@ -126,6 +129,8 @@ def main(argv=None) -> None:
         settings["step_size"] = args.step_size
     if args.score_linear:  # likewise: files without the key ran the paper's network
         settings["score_linear"] = True
+    if args.backward_variance:  # likewise: files without the key kept the AIS reversal's variance
+        settings["learn_backward_variance"] = True
     results = ResultFile(output, "paper_tables", settings)
     tconf = TrainConfig(iterations=b["iterations"], batch_size=b["batch_size"], lr=b["lr"])
     for steps in b["steps"]:
@@ -138,7 +143,8 @@ def main(argv=None) -> None:
                     if not pending:
                         continue
                     sconf = dataclasses.replace(sampler_config(est, steps, b["hidden"], args.step_size),
-                                                score_linear=args.score_linear)
+                                                score_linear=args.score_linear,
+                                                learn_backward_variance=args.backward_variance)
                     for i, seed in enumerate(pending):
                         t0 = time.perf_counter()
                         cell = run_cell(target, sconf, tconf, seed, args.num_samples)

@@ -78,6 +78,9 @@ class SamplerConfig:
         score_linear: MCD: add a per-step diagonal linear term to the score network's output,
             `Σ_j a_kj ⊙ z_j` over the input's blocks of the output's size (zero at the start, so
             the warm start is unchanged); the paper's network has none (`score.py`).
+        learn_backward_variance: MCD: learn one factor per step on the backward kernel's variance
+            (starting at 1, so the warm start is unchanged); the paper keeps the AIS reversal's
+            (`kernels/mcd.py`).
         unroll: annealing steps fused per iteration of the compiled loop (`lax.scan(unroll=)`);
             the command line picks it by device (`run.auto_unroll`).
         resample: SMC: resample when ESS/N falls below this fraction (0: never, importance sampling).
@@ -109,6 +112,7 @@ class SamplerConfig:
     init_cov: str = "diag"
     context_dim: int = 0
     score_linear: bool = False
+    learn_backward_variance: bool = False
     unroll: int = 1
     resample: float = 0.0
     resampling: str = "multinomial"
@@ -146,7 +150,7 @@ class SamplerConfig:
             raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
         if int(self.context_dim) < 0:
             raise ValueError(f"context_dim must be >= 0, got {self.context_dim}")
-        for name in ("learn_schedule", "learn_mass", "remat", "score_linear", "adaptive"):
+        for name in ("learn_schedule", "learn_mass", "remat", "score_linear", "learn_backward_variance", "adaptive"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("hidden", "time_dim", "blocks", "refine_steps", "leapfrog", "max_steps"):
