@@ -9,7 +9,11 @@ sizes, 16,384 importance samples; exactly `paper_tables.run_cell`) under variant
 - `hidden64`: score width 64;
 - `linear`: the score network plus a per-step diagonal linear term (`SamplerConfig.score_linear`,
   off by default; docs/method.md, "A linear term in the score");
-- `linear-lr5e-3`: both.
+- `linear-lr5e-3`: both;
+- `variance`: the backward kernel's variance learned, one factor per step
+  (`SamplerConfig.learn_backward_variance`, off by default; docs/method.md, "A learned backward
+  variance");
+- `linear-variance`: the linear term and the learned variance.
 
     python benchmarks/score_variants.py --cells gauss_narrow/uha-mcd gmm8/uha-mcd --variants base linear \
         --seeds 0 1 2 --output benchmarks/results/score_variants_cpu.json
@@ -30,7 +34,7 @@ from mcd_cli.config import TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from paper_tables import run_cell, sampler_config  # noqa: E402
 
-VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear", "linear-lr5e-3")
+VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear", "linear-lr5e-3", "variance", "linear-variance")
 
 
 def configure(variant: str, estimator: str):
@@ -43,6 +47,8 @@ def configure(variant: str, estimator: str):
         sconf = dataclasses.replace(sconf, learn_schedule=True)
     if rest == "hidden64":
         sconf = dataclasses.replace(sconf, hidden=64)
+    if rest == "variance":
+        sconf = dataclasses.replace(sconf, learn_backward_variance=True)
     return sconf, tconf
 
 

@@ -190,11 +190,12 @@ def test_config_file_can_name_the_target_and_a_preset(mcd, gauss_yaml, tmp_path)
 
 def test_config_file_sets_a_sampler_field_without_an_option(mcd, gauss_yaml, tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("score_linear: true\ntime_dim: 8\n")
+    config.write_text("score_linear: true\nlearn_backward_variance: true\ntime_dim: 8\n")
     code, out, err = mcd(["estimate", gauss_yaml, "--config", config, "--dry-run", "--json"])
     assert code == 0, err
     (plan,) = records(out)
     assert plan["sampler_config"]["score_linear"] is True and plan["sampler_config"]["time_dim"] == 8
+    assert plan["sampler_config"]["learn_backward_variance"] is True
     # A bad value is named by its key (it has no option), in one line.
     config.write_text('score_linear: "no"\n')
     code, _, err = mcd(["estimate", gauss_yaml, "--config", config, "--dry-run"])
