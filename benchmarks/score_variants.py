@@ -13,7 +13,8 @@ sizes, 16,384 importance samples; exactly `paper_tables.run_cell`) under variant
 - `variance`: the backward kernel's variance learned, one factor per step
   (`SamplerConfig.learn_backward_variance`, off by default; docs/method.md, "A learned backward
   variance");
-- `linear-variance`: the linear term and the learned variance.
+- `linear-variance`: the linear term and the learned variance;
+- `linear-it3000`: the linear term and 3,000 updates.
 
     python benchmarks/score_variants.py --cells gauss_narrow/uha-mcd gmm8/uha-mcd --variants base linear \
         --seeds 0 1 2 --output benchmarks/results/score_variants_cpu.json
@@ -34,13 +35,15 @@ from mcd_cli.config import TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from paper_tables import run_cell, sampler_config  # noqa: E402
 
-VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear", "linear-lr5e-3", "variance", "linear-variance")
+VARIANTS = ("base", "lr5e-3", "lr1e-2", "schedule", "hidden64", "linear", "linear-lr5e-3", "variance", "linear-variance", "linear-it3000")
 
 
 def configure(variant: str, estimator: str):
     linear, _, rest = variant.partition("-") if variant.startswith("linear") else ("", "", variant)
     sconf = dataclasses.replace(sampler_config(estimator, 64, 32, "pilot"), score_linear=bool(linear))
     tconf = TrainConfig(iterations=1000, batch_size=128, lr=2e-3)
+    if rest.startswith("it"):
+        tconf = dataclasses.replace(tconf, iterations=int(rest[2:]))
     if rest.startswith("lr"):
         tconf = dataclasses.replace(tconf, lr=float(rest[2:]))
     if rest == "schedule":
