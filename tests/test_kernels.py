@@ -39,6 +39,15 @@ def perturb_score(params, key, scale=0.3):
     return params._replace(backward=jax.tree.unflatten(treedef, moved))
 
 
+def assert_unbiased(key, params, config, n=20_000):
+    """E[Ẑ / Z] = 1 on GAUSSIAN, to 3 standard errors of the mean of n weights."""
+    log_w = np.asarray(jax.jit(lambda k: annealing.log_weights(k, params, GAUSSIAN, config, n))(key), np.float64)
+    ratio = np.exp(log_w - LOG_Z)
+    mean, se = ratio.mean(), ratio.std(ddof=1) / np.sqrt(n)
+    assert se < 0.05, f"weights too variable for a meaningful test (se={se})"
+    assert abs(mean - 1.0) < 3 * se, f"E[Z_hat/Z] = {mean} ± {se}"
+
+
 @pytest.mark.parametrize("sampler", FORWARDS)
 @pytest.mark.parametrize("backward", TRAINABLE_BACKWARDS)
 def test_learned_backward_at_initialisation_equals_ais(sampler, backward):
@@ -70,11 +79,7 @@ def test_the_linear_score_term_starts_at_zero_keeps_z_unbiased_and_is_trained(sa
     np.testing.assert_allclose(annealing.log_weights(key_w, p_lin, GAUSSIAN, linear, 64), lw_ais, rtol=0, atol=1e-5)
 
     moved = perturb_score(p_lin, key_perturb, scale=0.05)
-    n = 20_000
-    log_w = np.asarray(jax.jit(lambda k: annealing.log_weights(k, moved, GAUSSIAN, linear, n))(key_w), np.float64)
-    ratio = np.exp(log_w - LOG_Z)
-    mean, se = ratio.mean(), ratio.std(ddof=1) / np.sqrt(n)
-    assert se < 0.05 and abs(mean - 1.0) < 3 * se, f"E[Z_hat/Z] = {mean} ± {se}"
+    assert_unbiased(key_w, moved, linear)
 
     def elbo(term):
         params = p_lin._replace(backward={**p_lin.backward, "linear": term})
@@ -110,11 +115,7 @@ def test_the_learned_backward_variance_starts_at_one_keeps_z_unbiased_and_is_tra
 
     moved = perturb_score(p_var, key_perturb, scale=0.05)
     moved = moved._replace(backward={**moved.backward, "log_var": 0.3 * jax.random.normal(key_perturb, (STEPS + 1,))})
-    n = 20_000
-    log_w = np.asarray(jax.jit(lambda k: annealing.log_weights(k, moved, GAUSSIAN, config, n))(key_w), np.float64)
-    ratio = np.exp(log_w - LOG_Z)
-    mean_ratio, se = ratio.mean(), ratio.std(ddof=1) / np.sqrt(n)
-    assert se < 0.05 and abs(mean_ratio - 1.0) < 3 * se, f"E[Z_hat/Z] = {mean_ratio} ± {se}"
+    assert_unbiased(key_w, moved, config)
 
     def elbo(v):
         params = p_var._replace(backward={**p_var.backward, "log_var": v})
@@ -132,12 +133,7 @@ def test_unbiased_for_gaussian_target(sampler, backward):
     params = annealing.init_params(key_params, GAUSSIAN, config)
     if registry.BACKWARD[backward].trainable:
         params = perturb_score(params, key_perturb, scale=0.05)
-    n = 20_000
-    log_w = np.asarray(jax.jit(lambda k: annealing.log_weights(k, params, GAUSSIAN, config, n))(key_w), np.float64)
-    ratio = np.exp(log_w - LOG_Z)
-    mean, se = ratio.mean(), ratio.std(ddof=1) / np.sqrt(n)
-    assert se < 0.05, f"weights too variable for a meaningful test (se={se})"
-    assert abs(mean - 1.0) < 3 * se, f"E[Z_hat/Z] = {mean} ± {se}"
+    assert_unbiased(key_w, params, config)
 
 
 def test_appendix_a_closed_forms():
