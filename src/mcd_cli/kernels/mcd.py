@@ -22,7 +22,8 @@ from mcd_cli.kernels.base import BackwardKernel, Transition, gaussian_log_densit
 
 def init_params(key, in_dim, out_dim, steps, config):
     """The residual score network of width `config.hidden`, output layer zero (conditioned on the
-    datum's features when `config.context_dim > 0`)."""
+    datum's features when `config.context_dim > 0`), plus `log_var` (the v_k, shape `(K + 1,)`,
+    zeros) with `config.learn_backward_variance`."""
     params = score.init(
         key, in_dim, out_dim, steps, config.hidden, config.time_dim, config.blocks, config.context_dim,
         config.score_linear,
