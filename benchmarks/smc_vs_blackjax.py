@@ -41,7 +41,8 @@ import numpy as np  # noqa: E402
 
 from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
 from mcd_cli import run, smc  # noqa: E402
-from mcd_cli.config import ADAPTIVE_REFINE_STEPS, SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.run import ADAPTIVE_REFINE_STEPS  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 
 OUTPUT = RESULTS / "smc_vs_blackjax.json"

@@ -46,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, REPO, command_line, log, machine, write_json  # noqa: E402
 
 from mcd_cli import perdatum  # noqa: E402
-from mcd_cli.config import ADAPTIVE_REFINE_STEPS, SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
+from mcd_cli.run import ADAPTIVE_REFINE_STEPS  # noqa: E402
 from mcd_cli.stats import summarize  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from mcd_cli.targets.conditional import datum_target  # noqa: E402

@@ -13,12 +13,7 @@ Example:
     256
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("mcd-cli")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0+unknown"
+from mcd_cli._version import __version__
 
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, McdError, RunFailed, Unreliable, UsageError

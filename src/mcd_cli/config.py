@@ -16,14 +16,6 @@ STOP_RULES = ("plateau", "fixed")
 # Multinomial first, the default: the single-run (genealogy) standard error is only valid with it.
 RESAMPLING = ("multinomial", "systematic", "stratified")
 REFINE_EVERY = ("resample", "step")
-# With `--schedule adaptive` the refinement moves are the only mixing. One HMC move per step leaves
-# the population too narrow in high dimension (each reweighting selects the particles nearest the
-# mode and one move restores about half of the spread): gmm8 at d = 200 came out 25-35 nats high.
-# Five moves keep the spread within 1 %, but leave the populations behind γ_β in the tails and the
-# radial direction: at d = 200 student_t3 came out −0.31 and gauss_narrow −0.15 on average; 15
-# moves (45 gradients per temperature with 3 leapfrog steps, BlackJAX's default budget is 50) bring
-# them to −0.13 and −0.06 (docs/method.md, "Adaptive tempering").
-ADAPTIVE_REFINE_STEPS = 15
 # Settings of the estimation only (SMC): a sampler trained or saved without them may be estimated
 # with them (`--load`, `--resume`).
 ESTIMATION_FIELDS = (
@@ -251,23 +243,6 @@ class TrainConfig:
         if not self.clip_norm > 0:
             raise ValueError(f"clip_norm must be positive, got {self.clip_norm}")
 
-
-# The command line's estimate is SMC unless told otherwise: the trained kernels run with
-# resampling at ESS/N < 0.5 and HMC refinement after each resampling. Measured (docs/benchmarks.md,
-# "The default pipeline with SMC"): on gmm8 at d = 20 the default run ends `ok` and within 2 SE on
-# 10 of 10 seeds (median |error| 0.024), against 0 of 10 `ok` by importance sampling of the same
-# kernels (k̂ 0.56-0.78). The library's `SamplerConfig` keeps importance sampling (resample 0), the
-# paper's estimator; `--resample 0` gives it on the command line, as does `--preset paper`.
-CLI_RESAMPLE = 0.5
-CLI_REFINE = "hmc"
-# Moves per refinement in that pipeline (with a fixed schedule; adaptive tempering makes
-# ADAPTIVE_REFINE_STEPS). One move left the populations short in heavy tails and at kinks, a bias
-# the genealogy standard error does not see: over seeds 12-19 of the calibration study the mean
-# error was −0.037 on laplace and −0.031 on student_t3 with 1 move, −0.012 and −0.022 with 3,
-# −0.008 and −0.016 with 5 (standard errors about 0.02; docs/method.md, "Refinement").
-# Refinement runs only after a resampling (27 of the 64 steps on gmm8 at d = 20), so the cost
-# follows how often the trained kernels' weights degenerate.
-CLI_REFINE_STEPS = 5
 
 # Named bundles of settings. "default" fits a 2-core CPU in about two minutes at d = 20;
 # "paper" is the paper's appendix (d_h = 512, long training, importance sampling), meant for a GPU.

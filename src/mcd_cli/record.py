@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from mcd_cli._version import __version__
 from mcd_cli.checkpoint import json_ready
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.stats import Combined, Estimate, WeightSummary, advice, pareto_k_limit
@@ -388,10 +389,4 @@ def comparison_record(comparison: Any, records: Sequence[dict], seed: int) -> di
         )
         for key in ("log_z", "log_z_stderr", "log_bf", "log_bf_stderr", "two_ln_b"):
             model[key] = finite(model[key])
-    return {"schema_version": SCHEMA_VERSION, "kind": "comparison", **body, "seed": int(seed), "version": _version()}
-
-
-def _version() -> str:
-    from mcd_cli import __version__
-
-    return __version__
+    return {"schema_version": SCHEMA_VERSION, "kind": "comparison", **body, "seed": int(seed), "version": __version__}

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from mcd_cli import perdatum, report, run
-from mcd_cli.config import ADAPTIVE_REFINE_STEPS
+from mcd_cli.run import ADAPTIVE_REFINE_STEPS
 from mcd_cli.errors import Unreliable, UsageError
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli import output as out

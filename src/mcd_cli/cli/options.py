@@ -14,10 +14,10 @@ from typing import Annotated, Optional
 import typer
 
 from mcd_cli.config import (
-    ADAPTIVE_REFINE_STEPS, CLI_REFINE, CLI_REFINE_STEPS, CLI_RESAMPLE, INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
+    INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
 )
 from mcd_cli.kernels import registry
-from mcd_cli.run import DEFAULT_SAMPLES
+from mcd_cli.run import ADAPTIVE_REFINE_STEPS, DEFAULT_SAMPLES, SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE
 
 TARGET, SAMPLER, TRAINING, OUTPUT, RUN = "Target", "Sampler", "Training", "Output", "Run control"
 DEVICES = "Devices and clusters"
@@ -143,7 +143,7 @@ ResampleOpt = Annotated[
     typer.Option(
         "--resample",
         help="Resample the particles when ESS/N falls below this fraction (0: never, plain importance "
-        f"sampling, the paper's estimator). (default: {CLI_RESAMPLE:g}; 0 with --preset paper)",
+        f"sampling, the paper's estimator). (default: {SMC_RESAMPLE:g}; 0 with --preset paper)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
@@ -163,7 +163,7 @@ RefineOpt = Annotated[
     typer.Option(
         "--refine",
         help="Metropolis-corrected move that refines the particles at each β: none, mala or hmc. "
-        f"(default: {CLI_REFINE} when the run resamples or tempers adaptively, else none)",
+        f"(default: {SMC_REFINE} when the run resamples or tempers adaptively, else none)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]
@@ -171,7 +171,7 @@ RefineStepsOpt = Annotated[
     Optional[int],
     typer.Option(
         "--refine-steps",
-        help=f"Moves per refinement. (default: {CLI_REFINE_STEPS}; {ADAPTIVE_REFINE_STEPS} with --schedule adaptive)",
+        help=f"Moves per refinement. (default: {SMC_REFINE_STEPS}; {ADAPTIVE_REFINE_STEPS} with --schedule adaptive)",
         show_default=False, rich_help_panel=SMC,
     ),
 ]

@@ -23,9 +23,9 @@ import yaml
 from mcd_cli import devices, safeyaml
 from mcd_cli.cli.app import one_line
 from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY
-from mcd_cli.config import CLI_REFINE, CLI_REFINE_STEPS, CLI_RESAMPLE, PRESETS, SamplerConfig, TrainConfig, hidden_for
+from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
 from mcd_cli.errors import UsageError
-from mcd_cli.run import DEFAULT_SAMPLES, RunPlan
+from mcd_cli.run import DEFAULT_SAMPLES, RunPlan, method_defaults
 
 SAMPLER_FIELDS = {f.name for f in dataclasses.fields(SamplerConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -139,21 +139,10 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
 
 
 def estimation_defaults(values: dict, names: set) -> None:
-    """The command line's estimate is SMC (`CLI_RESAMPLE`, `CLI_REFINE`, `CLI_REFINE_STEPS`) where the
-    command takes SMC options and none of flags, --config or --preset chose otherwise: `--resample`
-    defaults to `CLI_RESAMPLE`, `--refine` to `CLI_REFINE` when the run resamples or tempers
-    adaptively, and `--refine-steps` to `CLI_REFINE_STEPS` when it refines on a fixed schedule
-    (adaptive tempering sets its own; `--resample 0` alone is plain importance sampling, as in the
-    library)."""
-    if "resample" not in names:
-        return
-    if values.get("resample") is None:
-        values["resample"] = CLI_RESAMPLE
-    adaptive = values.get("schedule") == "adaptive"
-    if values.get("refine") is None and (values["resample"] > 0 or adaptive):
-        values["refine"] = CLI_REFINE
-    if values.get("refine_steps") is None and values.get("refine") not in (None, "none") and not adaptive:
-        values["refine_steps"] = CLI_REFINE_STEPS
+    """The library's estimation method (`run.method_defaults`) for the commands that take SMC options,
+    where none of flags, --config or --preset chose otherwise."""
+    if "resample" in names:
+        method_defaults(values)
 
 
 def _whole(name: str, value: Any) -> Any:

@@ -1,0 +1,105 @@
+"""The library's defaults: sizes by device, the SMC population split, and the estimation method.
+
+Every default a run takes that is not a field default of `SamplerConfig`/`TrainConfig` lives here,
+so `mcd estimate`, `mcd compare`, the library's `execute` and the benchmark cells run the same
+thing; the command line's help texts read these values.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+
+DEFAULT_CHUNK = 1024
+CPU_BATCH = 128  # --batch-size auto on a CPU: the paper's batch
+ACCELERATOR_BATCH = 1024  # --batch-size auto on a GPU/TPU (see auto_batch_size)
+ACCELERATOR_UNROLL = 4  # lax.scan unroll of the steps on a GPU/TPU (see auto_unroll)
+DEFAULT_SAMPLES = 16_384
+
+# SMC's particles run by default as this many independent populations: their spread is a standard
+# error that survives the collapse of each population's genealogy (stats.merge_runs).
+DEFAULT_POPULATIONS = 8
+MIN_DEFAULT_POPULATION = 128
+# Small populations carry more of the adaptive choices' bias, which grows with the dimension: on
+# gmm8 at d = 200, 8 populations of 512 came out 0.4 to 3.4 nats high (6 seeds), 8 of 2,048 within
+# 0.5; at d = 50, 8 of 512 were unbiased (docs/benchmarks.md). So the default split keeps at least
+# this many particles per dimension in each population.
+POPULATION_PER_DIM = 10
+
+
+def population_size(num_samples: int, particles: Optional[int], dim: int = 0) -> int:
+    """SMC particles per population: `particles` (at most `num_samples`); by default
+    `num_samples / DEFAULT_POPULATIONS` when that divides evenly into populations of at least
+    `max(MIN_DEFAULT_POPULATION, POPULATION_PER_DIM · dim)`, else all `num_samples` in one population.
+
+    Example:
+        >>> population_size(16384, None), population_size(512, None), population_size(512, 128)
+        (2048, 512, 128)
+        >>> population_size(4096, None, dim=50), population_size(4096, None, dim=200)
+        (512, 4096)
+    """
+    if particles is not None:
+        return min(particles, num_samples)
+    share, rest = divmod(num_samples, DEFAULT_POPULATIONS)
+    smallest = max(MIN_DEFAULT_POPULATION, POPULATION_PER_DIM * dim)
+    return share if rest == 0 and share >= smallest else num_samples
+
+
+def auto_batch_size(platform: Optional[str] = None) -> int:
+    """`--batch-size auto`: 128 on a CPU, 1024 on a GPU or TPU.
+
+    On a CPU the update's time grows in proportion to the batch, so the paper's 128 is kept. On
+    an accelerator an update at K = 64, batch 128 is bound by kernel launches, not arithmetic
+    (measured on an H200 at d = 200, chunks of 50, unroll 4: batch 1024 costs 2.0× batch 128 for
+    ULA and 2.6× for ULA-MCD, 2.79 → 7.29 ms; benchmarks/results/training_step_gpu_h200*.json),
+    so a batch 8× larger costs far less than 8× the time and gives gradients with 8× less variance. `validate`
+    refuses the run when that batch does not fit in memory (lower it with --batch-size).
+    """
+    platform = platform or jax.devices()[0].platform
+    return CPU_BATCH if platform == "cpu" else ACCELERATOR_BATCH
+
+
+def auto_unroll(platform: Optional[str] = None) -> int:
+    """Steps fused per iteration of the annealing scan: 1 on a CPU, 4 on a GPU or TPU.
+
+    Measured on an H200 (gmm8, d = 200, K = 64, batch 128, chunks of 50 updates;
+    benchmarks/results/training_step_gpu_h200_unroll.json): unroll 1 / 4 / 8 take the ULA update
+    3.23 / 1.93 / 1.75 ms, ULA-MCD 4.33 / 2.80 / 2.64 ms and UHA-MCD 5.50 / 4.07 / 4.07 ms; 4 gains
+    26–40 %, 8 another 0–9 %, for 3–59 % more compile time. On a CPU unrolling by 4 made the
+    update 13–52 % slower (benchmarks/results/training_step_cpu.json).
+    """
+    platform = platform or jax.devices()[0].platform
+    return 1 if platform == "cpu" else ACCELERATOR_UNROLL
+
+
+
+# The estimation method of `mcd estimate`, `mcd compare` and `execute` when no method option is
+# given: SMC with the kernels (resampling when ESS/N falls below SMC_RESAMPLE, SMC_REFINE_STEPS HMC
+# moves after each resampling), or, with the adaptive schedule, ADAPTIVE_REFINE_STEPS moves per
+# temperature. Why these values: docs/method.md, "Refinement" and "Adaptive tempering".
+# `SamplerConfig()` alone is the paper's importance sampling (resample 0), as is `--preset paper`.
+SMC_RESAMPLE = 0.5
+SMC_REFINE = "hmc"
+SMC_REFINE_STEPS = 5
+ADAPTIVE_REFINE_STEPS = 15
+
+
+def method_defaults(values: dict) -> None:
+    """Fills the estimation method's unset fields (None) of `values` in place: `resample` defaults
+    to `SMC_RESAMPLE`, `refine` to `SMC_REFINE` when the run resamples or tempers adaptively, and
+    `refine_steps` to `SMC_REFINE_STEPS` when it refines on a fixed schedule, `ADAPTIVE_REFINE_STEPS`
+    on the adaptive one. `resample` 0 alone is plain importance sampling.
+
+    Example:
+        >>> v = {"resample": None, "refine": None, "refine_steps": None}
+        >>> method_defaults(v); v
+        {'resample': 0.5, 'refine': 'hmc', 'refine_steps': 5}
+    """
+    if values.get("resample") is None:
+        values["resample"] = SMC_RESAMPLE
+    adaptive = values.get("schedule") == "adaptive" or bool(values.get("adaptive"))
+    if values.get("refine") is None and (values["resample"] > 0 or adaptive):
+        values["refine"] = SMC_REFINE
+    if values.get("refine_steps") is None and values.get("refine") not in (None, "none"):
+        values["refine_steps"] = ADAPTIVE_REFINE_STEPS if adaptive else SMC_REFINE_STEPS

@@ -1,0 +1,170 @@
+"""Estimating log Z from a fitted sampler: SMC populations merged, with their diagnostics."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import numpy as np
+
+from mcd_cli import annealing, smc
+from mcd_cli.config import SamplerConfig
+from mcd_cli.errors import RunFailed
+from mcd_cli.run.plan import RunPlan, sharded_population
+from mcd_cli.stats import merge_runs, mixing_verdict, population_verdict, smc_estimate, stationarity_verdict, summarize
+
+def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
+    """The SMC settings as run, the head of a record's `smc` section."""
+    return {
+        "schedule": s.schedule,
+        "resample": s.resample,
+        "resampling": s.resampling,
+        "refine": s.refine,
+        "refine_steps": s.refine_steps,
+        "leapfrog": s.leapfrog,
+        "refine_every": "step" if s.adaptive else s.refine_every,
+        "target_ess": s.target_ess if s.adaptive else None,
+        "particles": population,
+        "populations": populations,
+    }
+
+
+def estimate_smc(
+    plan: RunPlan, target: Any, params: Any, key: jax.Array, callback, sharding: Optional[Any] = None
+) -> tuple[Any, dict]:
+    """The SMC estimate of one repeat and its diagnostics (the record's `smc` section).
+
+    `num_samples` particles run as `num_samples / population` independent SMC runs (population `j`
+    uses `fold_in(key, j)`), merged by averaging their Ẑ (`stats.merge_runs`). On a fixed schedule
+    the importance-sampling estimate of the same kernels (the per-particle loop, the estimation
+    key's own particles) is computed too, as `log_z_is`: what resampling and refinement bought.
+
+    With `sharding` (the particle axis over several devices) each population is split over the
+    devices and resampled globally (`smc.run`): the estimate is the single-device one. The
+    population is rounded up to a multiple of the device count (`sharded_population`).
+    """
+    s = plan.sconf
+    runs = plan.num_samples // plan.population
+    population = sharded_population(plan)
+    if sharding is not None and sharding.mesh.devices.size == 1:
+        sharding = None  # one device: the unconstrained program, bit for bit the same
+    compiled = smc.compiled(target, s, population, True, sharding)
+
+    def importance() -> np.ndarray:
+        return annealing.sample_log_weights(
+            key, params, target, s, plan.num_samples, plan.chunk_size, sharding=sharding
+        )
+
+    return estimate_populations(
+        s, population, runs * population, lambda j: compiled(params, jax.random.fold_in(key, j)),
+        None if s.adaptive else importance, callback,
+    )
+
+
+def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float]]:
+    """The populations' stationarity tests (`smc.stationarity`) pooled: the mean drift of log γ
+    over the populations and its z score (their standard errors combined as independent); None
+    when the runs made no refinement moves."""
+    if outputs[0].drift is None:
+        return None
+    m = np.array([float(o.drift[0]) for o in outputs])
+    z = np.array([float(o.drift[1]) for o in outputs])
+    se = np.where(z != 0, np.abs(m / np.where(z != 0, z, 1.0)), 0.0)
+    pooled_se = math.sqrt(float(np.sum(se * se))) / len(m)
+    mean = float(np.mean(m))
+    return mean, (mean / pooled_se if pooled_se > 0 else 0.0)
+
+
+def estimate_populations(
+    s: SamplerConfig,
+    population: int,
+    num_samples: int,
+    run_population: Callable[[int], Any],
+    importance: Optional[Callable[[], np.ndarray]],
+    callback: Callable[[int, int], None],
+) -> tuple[Any, dict]:
+    """`num_samples / population` SMC runs merged into one estimate, and their diagnostics.
+
+    Args:
+        s: the sampler (its SMC fields).
+        population: particles per run.
+        num_samples: particles in all (a multiple of `population`).
+        run_population: `j -> SMCOutput` of run j (its own key).
+        importance: `() -> log weights` of the same kernels by importance sampling (`log_z_is`), or
+            None (adaptive tempering has no kernels of its own).
+        callback: `(done, total)` after each run.
+
+    Raises:
+        RunFailed: every weight vanished, or adaptive tempering did not reach β = 1.
+    """
+    runs = num_samples // population
+    estimates, outputs = [], []
+    for j in range(runs):
+        out = jax.device_get(run_population(j))
+        estimates.append(
+            smc_estimate(
+                float(out.log_z), out.log_w, out.eve, int(out.resamplings),
+                multinomial=s.resampling == "multinomial",
+            )
+        )
+        outputs.append(out)
+        callback((j + 1) * population, num_samples)
+    merged = merge_runs(estimates)
+    if not math.isfinite(merged.log_z):
+        raise RunFailed(
+            f"the SMC log Z estimate is {merged.log_z}: every particle's weight vanished; use more "
+            "--samples, a higher --target-ess, or check the target with `mcd check`"
+        )
+    first = outputs[0]
+    k = int(first.steps)
+    if s.adaptive and float(first.trace.beta[k - 1]) < 1.0:
+        raise RunFailed(
+            f"adaptive tempering reached β = {float(first.trace.beta[k - 1]):.4g} in --max-steps "
+            f"{s.max_steps} steps, not 1; raise --max-steps or lower --target-ess"
+        )
+    mixing = None
+    if s.adaptive:  # the moves are the only mixing: judge them (stats.mixing_verdict)
+        corr = np.concatenate([np.asarray(o.trace.correlation[: int(o.steps)]) for o in outputs])
+        corr = corr[np.isfinite(corr)]
+        mixing = float(np.median(corr)) if corr.size else None
+        merged = mixing_verdict(merged, mixing)
+    merged = population_verdict(merged, runs)
+    drift = stationarity_of(outputs)
+    extra_moves = None if drift is None else smc.stationarity_moves(s)
+    if drift is not None:
+        merged = stationarity_verdict(merged, *drift, extra_moves)
+    acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
+    acceptance = acceptance[np.isfinite(acceptance)]
+    diagnostics = {
+        **smc_settings(s, population, runs),
+        "steps": [int(o.steps) for o in outputs],
+        "resamplings": [int(o.resamplings) for o in outputs],
+        "final_ess": [float(e.ess / e.num_samples) for e in estimates],
+        "mean_acceptance": float(acceptance.mean()) if acceptance.size else None,
+        "log_z_populations": [float(e.log_z) for e in estimates],
+        "genealogy_stderr": [float(e.delta_stderr) for e in estimates],
+        "beta": [float(v) for v in first.trace.beta[:k]],
+        "ess": [float(v) for v in first.trace.ess[:k]],
+        "acceptance": [float(v) for v in first.trace.acceptance[:k]],
+        "step_size": [float(v) for v in first.trace.step_size[:k]],
+        "move_correlation": [float(v) for v in first.trace.correlation[:k]] if s.adaptive else None,
+        "median_move_correlation": mixing,
+        "stationarity_drift": None if drift is None else drift[0],
+        "stationarity_z": None if drift is None else drift[1],
+        "stationarity_moves": extra_moves,
+        "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
+        "log_z_is": None,
+        "log_z_is_stderr": None,
+        "log_z_is_status": None,
+    }
+    if importance is not None:
+        try:
+            log_w = importance()
+            plain = summarize(log_w)
+            diagnostics.update(
+                log_z_is=plain.log_z, log_z_is_stderr=plain.log_z_stderr, log_z_is_status=plain.status.value
+            )
+        except RunFailed:
+            diagnostics["log_z_is_status"] = "unreliable"
+    return merged, diagnostics
