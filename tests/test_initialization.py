@@ -1,4 +1,5 @@
-"""Fitted initial distributions, whitening and pilot step sizes (mcd_cli.initialization).
+"""Fitted initial distributions (mcd_cli.init), whitening (mcd_cli.targets.transforms) and pilot step
+sizes (mcd_cli.pilot).
 
 Closed forms: a Gaussian's Laplace fit is exact (the mean; the precision's diagonal, or the full
 covariance; log Z); its mean-field VI optimum has the precision's diagonal as inverse variances;
@@ -18,9 +19,8 @@ import optax
 import pytest
 from jax.scipy.stats import multivariate_normal, norm
 
-from mcd_cli import initialization as init
-from mcd_cli import schedules
-from mcd_cli.targets import Target, load_target
+from mcd_cli import init, pilot, schedules
+from mcd_cli.targets import Target, load_target, transforms
 
 REPO = Path(__file__).resolve().parents[1]
 LOG_2PI = math.log(2 * math.pi)
@@ -69,7 +69,7 @@ def test_whiten_by_the_exact_factor_turns_a_gaussian_into_z_times_standard_norma
     mean, cov = correlated()
     target = gaussian_target(mean, cov)
     chol = np.linalg.cholesky(cov)
-    white = init.whiten(target, mean, chol)
+    white = transforms.whiten(target, mean, chol)
     u = jax.random.normal(jax.random.key(1), (16, 4))
     gap = jax.vmap(white.log_density)(u) - jax.vmap(lambda v: jnp.sum(norm.logpdf(v)))(u)
     # log γ_u(u) − log N(u; 0, I) = log Z at every u, to float32 precision.
@@ -91,7 +91,7 @@ def test_whiten_by_any_affine_map_keeps_log_z():
     target = gaussian_target(mean, cov)
     rng = np.random.default_rng(2)
     shift, lower = rng.normal(size=4), np.tril(rng.normal(size=(4, 4))) + 3 * np.eye(4)
-    white = init.whiten(target, shift, lower)
+    white = transforms.whiten(target, shift, lower)
     # The whitened density is a Gaussian kernel with mode L⁻¹(m − μ): its log Z in closed form.
     assert abs(gaussian_log_z(white, np.linalg.solve(lower, mean - shift)) - target.log_z) < 1e-4
 
@@ -99,13 +99,13 @@ def test_whiten_by_any_affine_map_keeps_log_z():
 def test_unwhiten_inverts_the_map_and_bad_shapes_are_one_line_errors():
     mean, chol = np.array([1.0, -1.0]), np.array([[2.0, 0.0], [0.5, 0.1]])
     u = jnp.array([[0.3, -0.7]])
-    x = init.unwhiten(mean, chol, u)
+    x = transforms.unwhiten(mean, chol, u)
     np.testing.assert_allclose(np.asarray(x)[0], mean + chol @ np.asarray(u)[0], rtol=1e-6)
     target = Target.create(lambda v: -0.5 * jnp.sum(v**2), dim=2)
     with pytest.raises(ValueError, match=r"shape \(2,\)"):
-        init.whiten(target, np.zeros(3), np.eye(2))
+        transforms.whiten(target, np.zeros(3), np.eye(2))
     with pytest.raises(ValueError, match="non-singular"):
-        init.whiten(target, np.zeros(2), np.zeros((2, 2)))
+        transforms.whiten(target, np.zeros(2), np.zeros((2, 2)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -216,11 +216,11 @@ def test_apply_initial_diagonal_full_and_preconditioned():
     target = gaussian_target(mean, cov)
     diag = init.Gaussian(mean, 1 / np.sqrt(np.diag(np.linalg.inv(cov))))
     full = init.Gaussian(mean, np.sqrt(np.diag(cov)), np.linalg.cholesky(cov))
-    applied = init.apply_initial(target, diag)
+    applied = transforms.apply_initial(target, diag)
     np.testing.assert_allclose(applied.initial_scale, diag.scale)
     x = jnp.array([0.3, -0.2])
     assert float(applied.log_density(x)) == float(target.log_density(x))
-    for white in (init.apply_initial(target, full), init.apply_initial(target, diag, precondition=True)):
+    for white in (transforms.apply_initial(target, full), transforms.apply_initial(target, diag, precondition=True)):
         np.testing.assert_array_equal(white.initial_scale, 1.0)
         # The Gaussian's mean maps to u = 0, the whitened mode.
         assert abs(gaussian_log_z(white, np.zeros(2)) - target.log_z) < 1e-4
@@ -239,13 +239,13 @@ def narrow_gaussian(scale: float = 0.02, dim: int = 10, initial_scale: float = 1
 def test_pilot_step_sizes_follow_the_curvature_and_respect_the_cap():
     target = narrow_gaussian()
     betas = np.asarray(schedules.betas(None, 64))
-    deltas = init.pilot_step_sizes(target, betas, key=jax.random.key(0))
+    deltas = pilot.pilot_step_sizes(target, betas, key=jax.random.key(0))
     assert deltas.shape == (64,) and np.all(deltas > 0) and np.all(deltas <= 0.25)
     # Curvature of γ_k = β_k / 0.02² + (1 − β_k): δ_k = 0.5 / curvature (exact for a Gaussian).
     curvature = betas[1:] / 0.02**2 + (1 - betas[1:])
     np.testing.assert_allclose(deltas, np.minimum(0.25, 0.5 / curvature), rtol=1e-3)
     with pytest.raises(ValueError, match="safety must lie in"):
-        init.pilot_step_sizes(target, betas, key=jax.random.key(0), safety=2.5)
+        pilot.pilot_step_sizes(target, betas, key=jax.random.key(0), safety=2.5)
 
 
 def _start(target, seed: int = 0, steps: int = 64):
@@ -261,12 +261,12 @@ def _pilot_only(start, seed: int = 0, steps: int = 64):
     from mcd_cli import run
 
     key = jax.random.fold_in(run.root_key(seed, None), run.PILOT_STREAM)
-    return init.pilot_step_sizes(start.target, np.linspace(0.0, 1.0, steps + 1), key=key)
+    return pilot.pilot_step_sizes(start.target, np.linspace(0.0, 1.0, steps + 1), key=key)
 
 
 def test_the_ais_check_scales_the_pilot_down_on_a_kinked_target_and_leaves_a_smooth_one_alone():
     # laplace: no curvature away from the kinks, so the pilot puts every δ_k at the 0.25 cap; the
-    # untrained ULA-AIS ELBO gains ~7 and ~3 nats from the first two halvings (pilot_scale_cpu.json).
+    # untrained ULA-AIS ELBO gains ~7 and ~3 nats from the first two halvings (benchmarks/results/start.jsonl).
     kinked = _start(load_target("laplace"))
     assert kinked.step_scale == 0.25
     np.testing.assert_array_equal(kinked.step_sizes, _pilot_only(kinked) * 0.25)
@@ -283,7 +283,8 @@ def test_the_ais_check_keeps_the_pilot_when_no_scale_gives_a_finite_elbo():
 
     nowhere = Target.create(lambda x: jnp.where(jnp.sum(x) > 1e9, 0.0, -jnp.inf), dim=2)
     sconf = SamplerConfig(sampler="ula", backward="ais", steps=4, step_size="pilot")
-    assert run.pilot_scale(nowhere, np.full(4, 0.2), sconf, jax.random.key(0), samples=64) == 1.0
+    assert pilot.pilot_scale(nowhere, np.full(4, 0.2), sconf, jax.random.key(0), samples=64) == 1.0
+    assert run.pilot_scale is pilot.pilot_scale  # the run package re-exports it
 
 
 def test_per_step_sizes_reproduce_the_sizes_and_one_update_moves_each_by_about_the_learning_rate():
@@ -311,7 +312,7 @@ def test_pilot_step_sizes_keep_ais_finite_and_accurate_where_the_fixed_step_dive
     # 0.05 × curvature 2500 ≫ 2: every trajectory blows up (NaN/inf weights) or is hopelessly off.
     finite = np.isfinite(fixed)
     assert finite.mean() < 0.01 or abs(stats.summarize(fixed).log_z) > 100
-    deltas = init.pilot_step_sizes(target, betas, key=jax.random.key(0))
+    deltas = pilot.pilot_step_sizes(target, betas, key=jax.random.key(0))
     log_w, _ = ais_estimate(target, deltas, jax.random.key(1), steps, num)
     assert np.all(np.isfinite(log_w))
     est = stats.summarize(log_w)
@@ -376,9 +377,9 @@ def test_on_the_brownian_motion_laplace_warns_and_vi_preconditioned_ais_is_withi
     fit = init.vi(target, jax.random.key(0))
     # The ELBO is a lower bound (up to its Monte Carlo error), a few nats below for a funnel.
     assert target.log_z - 8.0 < fit.log_z < target.log_z + 0.1
-    white = init.apply_initial(target, fit, precondition=True)
+    white = transforms.apply_initial(target, fit, precondition=True)
     steps = 64
-    deltas = init.pilot_step_sizes(white, np.asarray(schedules.betas(None, steps)), key=jax.random.key(1))
+    deltas = pilot.pilot_step_sizes(white, np.asarray(schedules.betas(None, steps)), key=jax.random.key(1))
     log_w, stats = ais_estimate(white, deltas, jax.random.key(2), steps, 4096)
     est = stats.summarize(log_w)
     assert np.all(np.isfinite(log_w)) and abs(est.log_z - target.log_z) < 1.0, est

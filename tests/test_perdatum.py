@@ -5,6 +5,7 @@ z ~ N(0, I_2), x | z ~ N(W z, σ² I_3), so p(x) = N(x; 0, W Wᵀ + σ² I) in c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 import tracemalloc
@@ -18,9 +19,10 @@ from jax.scipy.stats import multivariate_normal, norm
 from conftest import one_line_error, records
 from rich.console import Console
 
-from mcd_cli import amortised, annealing, perdatum, report, score, smc
+from mcd_cli import amortised, annealing, report, score
+from mcd_cli.run import perdatum, smc_kernels
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.errors import UsageError
+from mcd_cli.errors import RunFailed, UsageError
 from mcd_cli.targets import Target, TargetError, load_target
 from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
 
@@ -189,8 +191,8 @@ def test_amortised_mcd_at_initialisation_equals_ais_inside_per_datum_smc():
     one = datum_target(target, jnp.asarray(target.data[0]))
     p_mcd, p_ais = annealing.init_params(key, one, mcd), annealing.init_params(key, one, ais)
     for x in target.data:
-        a = amortised.smc_population(target, mcd, 64)(p_mcd, jax.random.key(5), jnp.asarray(x))
-        b = amortised.smc_population(target, ais, 64)(p_ais, jax.random.key(5), jnp.asarray(x))
+        a = perdatum.datum_population(target, mcd, 64)(p_mcd, jax.random.key(5), jnp.asarray(x))
+        b = perdatum.datum_population(target, ais, 64)(p_ais, jax.random.key(5), jnp.asarray(x))
         assert int(a.resamplings) == int(b.resamplings) >= 1
         np.testing.assert_allclose(a.log_w, b.log_w, rtol=0, atol=1e-5)
         np.testing.assert_allclose(a.log_z, b.log_z, rtol=0, atol=1e-5)
@@ -204,10 +206,10 @@ def test_per_datum_smc_is_smc_on_the_datum_target_started_from_its_encoder():
     sconf = SamplerConfig(sampler="ula", backward="ais", steps=3, resample=0.9, refine="mala")
     x = target.data[1]
     params = annealing.init_params(jax.random.key(3), datum_target(target, jnp.asarray(x)), sconf)
-    b = amortised.smc_population(target, sconf, 64)(params, jax.random.key(5), jnp.asarray(x))
+    b = perdatum.datum_population(target, sconf, 64)(params, jax.random.key(5), jnp.asarray(x))
     mean, scale = (np.asarray(v) for v in encoder(jnp.asarray(x)))
     own = Target.create(lambda z: log_density(z, x), D, mean, scale)
-    c = smc.compiled(own, sconf, 64)(params, jax.random.key(5))
+    c = smc_kernels.compiled(own, sconf, 64)(params, jax.random.key(5))
     np.testing.assert_allclose(b.log_w, c.log_w, rtol=0, atol=1e-4)
     np.testing.assert_allclose(b.log_z, c.log_z, rtol=0, atol=1e-4)
 
@@ -355,3 +357,69 @@ def test_cli_bad_per_datum_smc_options_exit_2(mcd, target_file, args, message):
     code, out, err = mcd(["estimate", target_file, "--backward", "ais", "--iterations", "0", *args])
     assert code == 2
     assert message in one_line_error(err)
+
+
+def _volatile_free(summary: dict) -> dict:
+    drop = {"train_seconds", "estimate_seconds", "device", "version", "target_info"}
+    return {k: v for k, v in summary.items() if k not in drop}
+
+
+def test_per_datum_run_checkpoints_and_resumes_to_the_uninterrupted_records(tmp_path):
+    """Interrupted after its second datum, a checkpointed amortised run resumes from its saved training
+    state and data log: the resumed run emits only the rest, and every record equals an uninterrupted run's."""
+    target = linear_gaussian(4)
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=3, hidden=8, blocks=1, context_dim=target.context_dim)
+    base = dict(tconf=TrainConfig(iterations=10, batch_size=16), amortise=True, num_samples=256)
+    whole_rows: list[dict] = []
+    whole = perdatum.execute(perdatum.PerDatumPlan(target, sconf, **base), whole_rows.append)
+
+    plan = perdatum.PerDatumPlan(target, sconf, **base, checkpoint_dir=tmp_path / "ck", checkpoint_every=5)
+    perdatum.validate(plan)
+    first: list[dict] = []
+
+    def stop_after_two(rec):
+        first.append(rec)
+        if len(first) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        perdatum.execute(plan, stop_after_two)
+    assert (tmp_path / "ck" / "state-r0.npz").exists() and (tmp_path / "ck" / perdatum.DATA_LOG).exists()
+    with pytest.raises(UsageError, match="--resume"):
+        perdatum.validate(plan)
+    resumed = dataclasses.replace(plan, resume=True)
+    perdatum.validate(resumed)
+    rest: list[dict] = []
+    summary = perdatum.execute(resumed, rest.append)
+    assert [r["datum"] for r in first] == [0, 1] and [r["datum"] for r in rest] == [2, 3]
+    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert [strip(r) for r in first + rest] == [strip(r) for r in whole_rows]
+    assert _volatile_free(summary) == _volatile_free(whole)
+
+
+def test_reference_log_z_may_use_numpy_scipy_and_float():
+    """The file's log_z(x) runs eagerly on concrete data: numpy, scipy and float() work."""
+    import scipy.stats
+
+    def reference(x):
+        return float(scipy.stats.multivariate_normal(np.zeros(M), COV).logpdf(np.asarray(x, dtype=np.float64)))
+
+    target = ConditionalTarget.create(
+        log_density, D, linear_gaussian(2).data, log_z=reference, name="scipy_reference"
+    )
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=3)
+    rows: list[dict] = []
+    perdatum.execute(perdatum.PerDatumPlan(target, sconf, TrainConfig(iterations=0), amortise=False, num_samples=256), rows.append)
+    assert [r["known_log_z"] for r in rows] == pytest.approx([reference(x) for x in target.data])
+
+
+def test_an_error_in_the_reference_log_z_names_the_file():
+    def reference(x):
+        return {"a": 1}["missing column"]
+
+    target = ConditionalTarget.create(
+        log_density, D, linear_gaussian(1).data, log_z=reference, name="bad", source="/data/model.py"
+    )
+    plan = perdatum.PerDatumPlan(target, SamplerConfig(backward="ais", steps=2), TrainConfig(iterations=0), amortise=False, num_samples=64)
+    with pytest.raises(RunFailed, match=r"error in /data/model.py, function log_z: KeyError"):
+        perdatum.execute(plan, lambda rec: None)

@@ -2,11 +2,14 @@
 
 import json
 
+import numpy as np
 import pytest
 from conftest import NO_TRAIN, TINY, records
 
 from mcd_cli import RunPlan, SamplerConfig, TrainConfig, execute, load_target
-from mcd_cli.record import SCHEMA_VERSION
+from mcd_cli.messages import texts
+from mcd_cli.record import SCHEMA_VERSION, datum_record
+from mcd_cli.stats import summarize
 
 _TIMINGS = ("train_seconds", "estimate_seconds", "start_seconds")
 
@@ -65,3 +68,16 @@ def test_execute_is_a_library_call_returning_a_frozen_record():
     assert record.as_dict()["seed"] == 5 and record.estimates[0].num_samples == 128
     # Same plan, same key derivation: the same numbers (benchmarks call execute for this reason).
     assert execute(plan).log_z == record.log_z
+
+
+def test_a_datum_record_has_its_reasons_as_texts_and_as_codes():
+    est = summarize(np.r_[np.zeros(200), np.nan])  # one weight dropped: a warning
+    rec = datum_record(4, est, known_log_z=0.0)
+    assert rec["status"] == "warn" and rec["reasons"] == texts(est.reasons)
+    assert rec["reason_codes"] == [{"code": "nonfinite_weights", "params": {"dropped": 1, "total": 201}}]
+    assert list(rec).index("reason_codes") == list(rec).index("reasons") + 1
+    failed = datum_record(5, None, None, error="all 8 importance weights are zero or not finite")
+    assert failed["status"] == "failed" and failed["reasons"] == ["all 8 importance weights are zero or not finite"]
+    assert failed["reason_codes"] == [{"code": "failed", "params": {"error": failed["reasons"][0]}}]
+    for r in (rec, failed):
+        json.dumps(r, allow_nan=False)

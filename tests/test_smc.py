@@ -20,6 +20,7 @@ from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels import hmc, mala
 from mcd_cli.kernels.base import AnnealedPath, RefineParams
 from mcd_cli.kernels.ula import ULAState
+from mcd_cli.run.smc_kernels import run_smc, smc_kernels
 from mcd_cli.targets import Target
 
 DIM, LOG_Z, LOC, SCALE = 3, 1.3, 0.5, 0.7
@@ -32,7 +33,7 @@ def replicate(config: SamplerConfig, num: int, runs: int, seed: int = 0, adapt: 
     """`runs` independent SMC runs of `num` particles (one compiled, vmapped call)."""
     params = annealing.init_params(jax.random.key(0), TARGET, config)
     keys = jax.random.split(jax.random.key(seed), runs)
-    out = jax.jit(jax.vmap(lambda k: smc.run(k, params, TARGET, config, num, adapt)))(keys)
+    out = jax.jit(jax.vmap(lambda k: run_smc(k, params, TARGET, config, num, adapt)))(keys)
     return jax.device_get(out)
 
 
@@ -178,7 +179,7 @@ def test_metropolis_moves_leave_the_gaussian_invariant(kernel, step_size):
 @pytest.mark.parametrize("name", ["mala", "hmc"])
 def test_step_size_adapts_towards_the_target_acceptance(name):
     """From a step size 20× too large (acceptance ≈ 0), 25 adapted refinements reach the target."""
-    config = SamplerConfig(backward="ais", refine=name, leapfrog=3)
+    _, settings = smc_kernels(SamplerConfig(backward="ais", refine=name, leapfrog=3))
     kernel = mala.KERNEL if name == "mala" else hmc.KERNEL
     evaluate = jax.value_and_grad(TARGET.log_density)
     num = 512
@@ -192,7 +193,7 @@ def test_step_size_adapts_towards_the_target_acceptance(name):
         )
 
         def one(pop, k):
-            pop, acc, _ = smc.refine_population(pop, k, jnp.asarray(1.0), kernel, PATH, evaluate, config, True)
+            pop, acc, _ = smc.refine_population(pop, k, jnp.asarray(1.0), kernel, PATH, evaluate, settings, True)
             return pop, acc
 
         return jax.lax.scan(one, pop, jax.random.split(k1, 25))
@@ -207,7 +208,7 @@ def test_step_size_adapts_towards_the_target_acceptance(name):
 @jax.jit
 def _stationarity(key, scale):
     """The stationarity test on 4,000 particles drawn from N(μ, (scale·σ)²) instead of N(μ, σ²)."""
-    config = SamplerConfig(backward="ais", refine="hmc", leapfrog=3)
+    _, settings = smc_kernels(SamplerConfig(backward="ais", refine="hmc", leapfrog=3))
     evaluate = jax.value_and_grad(TARGET.log_density)
     num = 4000
     k0, k1 = jax.random.split(key)
@@ -217,7 +218,7 @@ def _stationarity(key, scale):
         ULAState(x, value, grad), jnp.zeros(num), jnp.zeros(()), jnp.arange(num),
         jnp.zeros((), jnp.int32), RefineParams(jnp.asarray(0.5), jnp.ones(DIM)),
     )
-    return smc.stationarity(pop, k1, hmc.KERNEL, PATH, evaluate, config)
+    return smc.stationarity(pop, k1, hmc.KERNEL, PATH, evaluate, settings)
 
 
 def _stationarity_z(scale: float, seed: int) -> float:

@@ -2,6 +2,8 @@
 
 from conftest import records
 
+from mcd_cli.stats import CODES
+
 # Deliberately poor: two annealing steps and 64 samples on a 2-d Gaussian, no training.
 # Importance sampling (`--resample 0`): these check the delta-method verdict.
 POOR = ["--steps", "2", "--samples", "64", "--backward", "ais", "--iterations", "0", "--seed", "0", "--resample", "0"]
@@ -14,6 +16,10 @@ def test_an_unreliable_estimate_has_no_standard_error_and_strict_exits_3_after_w
     assert code == 3, err
     rec = records(out)[0]
     assert rec["status"] == "unreliable" and rec["reasons"]
+    # The same reasons as codes, right after their texts (docs/json.md).
+    assert len(rec["reason_codes"]) == len(rec["reasons"])
+    assert all(c["code"] in CODES and set(c["params"]) == set(CODES[c["code"]]) for c in rec["reason_codes"])
+    assert list(rec).index("reason_codes") == list(rec).index("reasons") + 1
     assert rec["log_z_stderr"] is None and rec["log_z_stderr_method"] == "none"
     assert rec["delta_stderr"] is not None  # kept beside, for the curious
     assert records(results.read_text()) == [rec]  # written before the exit
@@ -29,7 +35,7 @@ def test_a_good_estimate_is_ok_with_a_delta_standard_error(mcd, gauss_yaml):
     code, out, err = mcd(["estimate", gauss_yaml, *GOOD, "--json", "--strict"])
     assert code == 0, err
     rec = records(out)[0]
-    assert rec["status"] == "ok" and rec["reasons"] == []
+    assert rec["status"] == "ok" and rec["reasons"] == [] and rec["reason_codes"] == []
     assert rec["log_z_stderr_method"] == "delta" and rec["log_z_stderr"] == rec["delta_stderr"]
     assert abs(rec["error"]) < 4 * rec["log_z_stderr"]
 

@@ -1,4 +1,4 @@
-"""Log weights and training for conditional targets: one sampler for many data.
+"""The training objective of a conditional target: one sampler for many data.
 
 For a datum x the log weights are those of the annealing loop on `datum_target(target, x)`, with
 the datum's features handed to the score network when it is amortised (`sconf.context_dim > 0`).
@@ -11,9 +11,8 @@ The data set is an argument of the compiled functions, not a constant folded int
 compilation serves every datum, and a separate run per datum does not recompile. Training runs
 `tconf.chunk` updates per call in one `lax.while_loop`, with `training`'s on-device bookkeeping
 (skipped updates, recoveries), and `training.fit` drives it.
-
-SMC (`smc_population`) runs one population on the datum's target the same way: the datum is an
-argument, its `initial(x)` the initial distribution and its features the score network's context.
+The estimates use the ordinary annealing chunk and SMC with the datum as an argument
+(`annealing.log_weight_chunk`, `run.perdatum`).
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import annealing, objectives, smc
+from mcd_cli import annealing, objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
+from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli import training
 
 DEFAULT_DATA_BATCH = 16
@@ -44,8 +43,7 @@ def datum_log_weights(
 ) -> jax.Array:
     """Log weights of `num` particles for the datum `x`, shape `(num,)` (`detach`: trajectories held
     fixed, as the log-variance loss wants)."""
-    one = datum_target(target, x)
-    ctx = context(target, x) if sconf.context_dim else None
+    one, ctx = annealing.datum(target, sconf, x)
     keys = jax.random.split(key, num)
     log_w, _ = jax.vmap(lambda k: annealing.log_weight(k, params, one, sconf, detach, context=ctx))(keys)
     return log_w
@@ -123,55 +121,3 @@ def make_train_chunk(
     run = compiled_chunk(target, sconf, tconf, data_batch)
     data = jnp.asarray(data)
     return lambda state, stop: run(state, stop, data)
-
-
-@functools.lru_cache(maxsize=16)
-def log_weight_chunk(target: ConditionalTarget, sconf: SamplerConfig, chunk_size: int) -> Callable:
-    """Compiled `(params, key, x, first_index) -> log weights of particles first_index … + chunk_size`
-    for the datum `x`; particle `i` uses `fold_in(key, i)`, so results do not depend on the chunk size."""
-
-    @jax.jit
-    def chunk(params, key, x, first_index):
-        one = datum_target(target, x)
-        ctx = context(target, x) if sconf.context_dim else None
-        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(first_index + jnp.arange(chunk_size))
-        log_w, _ = jax.vmap(lambda k: annealing.log_weight(k, params, one, sconf, context=ctx))(keys)
-        return log_w
-
-    return chunk
-
-
-def sample_datum_log_weights(
-    key: jax.Array,
-    params,
-    target: ConditionalTarget,
-    sconf: SamplerConfig,
-    x: np.ndarray,
-    num_samples: int,
-    chunk_size: int = 1024,
-) -> np.ndarray:
-    """`num_samples` log weights of the datum `x` (float64 on the host), a chunk at a time."""
-    chunk_size = max(1, min(chunk_size, num_samples))
-    chunk = log_weight_chunk(target, sconf, chunk_size)
-    x = jnp.asarray(x)
-    out = np.empty(num_samples, dtype=np.float64)
-    for start in range(0, num_samples, chunk_size):
-        values = np.asarray(chunk(params, key, x, jnp.asarray(start, dtype=jnp.uint32)))
-        stop = min(start + chunk_size, num_samples)
-        out[start:stop] = values[: stop - start]
-    return out
-
-
-@functools.lru_cache(maxsize=16)
-def smc_population(target: ConditionalTarget, sconf: SamplerConfig, num: int) -> Callable:
-    """Compiled `(params, key, x) -> smc.SMCOutput`: one SMC run of `num` particles on the datum `x`'s
-    target (`smc.run`), started from `initial(x)`, the score network (amortised) conditioned on the
-    datum's features. One compilation serves every datum."""
-
-    @jax.jit
-    def population(params, key, x):
-        one = datum_target(target, x)
-        ctx = context(target, x) if sconf.context_dim else None
-        return smc.run(key, params, one, sconf, num, context=ctx)
-
-    return population

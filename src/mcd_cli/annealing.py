@@ -35,6 +35,7 @@ from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels import registry
 from mcd_cli.kernels.base import AnnealedPath, Step
 from mcd_cli.targets.base import Target
+from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
 
 
 class PathParams(NamedTuple):
@@ -237,27 +238,39 @@ def log_weights(
 @functools.lru_cache(maxsize=16)
 def log_weight_chunk(
     target: Target, config: SamplerConfig, chunk_size: int, sharding: Optional[NamedSharding] = None
-) -> Callable[[SamplerParams, jax.Array, jax.Array], jax.Array]:
-    """Compiled `(params, key, first_index) -> log weights of particles first_index … + chunk_size`.
+) -> Callable[..., jax.Array]:
+    """Compiled `(params, key, first_index[, x]) -> log weights of particles first_index … + chunk_size`.
 
-    Particle `i` uses the key `fold_in(key, i)`. With `sharding` (of the particle axis; `chunk_size`
-    a multiple of its device count) each device computes its share of the particles and the weights
-    come back replicated, so every process holds the whole chunk. Cached, so repeated estimates of
-    the same target and configuration compile once.
+    Particle `i` uses the key `fold_in(key, i)`. For a `ConditionalTarget` the datum `x` is a fourth
+    argument (traced, so one compilation serves every datum): the particles run on
+    `datum_target(target, x)`, with the datum's features as the score network's context when
+    `config.context_dim > 0`. With `sharding` (of the particle axis; `chunk_size` a multiple of its
+    device count) each device computes its share of the particles and the weights come back
+    replicated, so every process holds the whole chunk. Cached, so repeated estimates of the same
+    target and configuration compile once.
     """
 
     @jax.jit
-    def chunk(params, key, first_index):
+    def chunk(params, key, first_index, x=None):
+        one, ctx = datum(target, config, x)
         indices = first_index + jnp.arange(chunk_size)
         if sharding is not None:
             indices = jax.lax.with_sharding_constraint(indices, sharding)
         keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(indices)
-        log_w, _ = jax.vmap(lambda k: log_weight(k, params, target, config))(keys)
+        log_w, _ = jax.vmap(lambda k: log_weight(k, params, one, config, context=ctx))(keys)
         if sharding is not None:
             log_w = jax.lax.with_sharding_constraint(log_w, NamedSharding(sharding.mesh, PartitionSpec()))
         return log_w
 
     return chunk
+
+
+def datum(target: Any, config: SamplerConfig, x: Optional[jax.Array]) -> tuple[Target, Optional[jax.Array]]:
+    """The `Target` the particles run on and the score network's context: `target` itself and None,
+    or, for a conditional target, the datum `x`'s target and (amortised) its features."""
+    if not isinstance(target, ConditionalTarget):
+        return target, None
+    return datum_target(target, x), (context(target, x) if config.context_dim else None)
 
 
 def sample_log_weights(
@@ -269,8 +282,10 @@ def sample_log_weights(
     chunk_size: int = 1024,
     callback: Optional[Callable[[int, int], None]] = None,
     sharding: Optional[NamedSharding] = None,
+    x: Optional[Any] = None,
 ) -> np.ndarray:
-    """`num_samples` log weights (float64 on the host), generated `chunk_size` particles at a time.
+    """`num_samples` log weights (float64 on the host), generated `chunk_size` particles at a time
+    (of the datum `x` for a conditional target, `log_weight_chunk`).
 
     Memory is bounded by one chunk on the device plus the N scalars kept on the host. With
     `sharding` (of the particle axis) the chunk size is rounded up to a multiple of its device count;
@@ -285,7 +300,8 @@ def sample_log_weights(
     chunk = log_weight_chunk(target, config, chunk_size, sharding)
     out = np.empty(num_samples, dtype=np.float64)
     for start in range(0, num_samples, chunk_size):
-        values = np.asarray(chunk(params, key, jnp.asarray(start, dtype=jnp.uint32)))
+        first = jnp.asarray(start, dtype=jnp.uint32)
+        values = np.asarray(chunk(params, key, first) if x is None else chunk(params, key, first, jnp.asarray(x)))
         stop = min(start + chunk_size, num_samples)
         out[start:stop] = values[: stop - start]
         if callback is not None:

@@ -16,6 +16,9 @@ STOP_RULES = ("plateau", "fixed")
 # Multinomial first, the default: the single-run (genealogy) standard error is only valid with it.
 RESAMPLING = ("multinomial", "systematic", "stratified")
 REFINE_EVERY = ("resample", "step")
+# The annealing schedules β a run can take: `learn_schedule` (learned) or `adaptive`, else linear.
+SCHEDULES = ("linear", "learned", "adaptive")
+COVARIANCES = ("diag", "full")  # of a Laplace initial distribution (`init_cov`)
 # Settings of the estimation only (SMC): a sampler trained or saved without them may be estimated
 # with them (`--load`, `--resume`).
 ESTIMATION_FIELDS = (
@@ -138,7 +141,7 @@ class SamplerConfig:
             raise ValueError(f"step_size must be one of {', '.join(STEP_SIZE_RULES)}, got {self.step_size!r}")
         if int(self.unroll) < 1:
             raise ValueError(f"unroll must be at least 1, got {self.unroll}")
-        if self.init_cov not in ("diag", "full"):
+        if self.init_cov not in COVARIANCES:
             raise ValueError(f"init_cov must be diag or full, got {self.init_cov!r}")
         if int(self.context_dim) < 0:
             raise ValueError(f"context_dim must be >= 0, got {self.context_dim}")

@@ -22,7 +22,8 @@ from typing import Any, Optional, Sequence
 from mcd_cli._version import __version__
 from mcd_cli.checkpoint import json_ready
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.stats import Combined, Estimate, WeightSummary, advice, pareto_k_limit
+from mcd_cli.messages import advice, code_dicts, texts
+from mcd_cli.stats import Combined, Estimate, Reason, WeightSummary, pareto_k_limit
 
 SCHEMA_VERSION = 2
 
@@ -254,7 +255,8 @@ class RunRecord:
             "log_z_stderr": finite(self.log_z_stderr),
             "log_z_stderr_method": self.combined.log_z_stderr_method,
             "status": self.status,
-            "reasons": list(self.combined.reasons),
+            "reasons": texts(self.combined.reasons),
+            "reason_codes": code_dicts(self.combined.reasons),
             "advice": advice(self.combined),
             "delta_stderr": finite(self.combined.delta_stderr),
             "replicate_stderr": finite(self.combined.replicate_stderr),
@@ -348,6 +350,7 @@ def datum_record(
             "record": "datum", "datum": int(datum), "log_z": None, "log_z_stderr": None,
             "log_z_stderr_method": "none", "delta_stderr": None, "ess": None, "num_samples": 0,
             "pareto_k": None, "elbo": None, "status": "failed", "reasons": [error],
+            "reason_codes": code_dicts([Reason("failed", {"error": error})]),
             "known_log_z": finite(known_log_z), "error": None, "seconds": 0.0, "smc": section,
         }
     return {
@@ -362,7 +365,8 @@ def datum_record(
         "pareto_k": finite(est.pareto_k),
         "elbo": finite(est.elbo),
         "status": est.status.value,
-        "reasons": list(est.reasons),
+        "reasons": texts(est.reasons),
+        "reason_codes": code_dicts(est.reasons),
         "known_log_z": finite(known_log_z),
         "error": finite(est.log_z - known_log_z) if known_log_z is not None else None,
         "seconds": round(float(est.seconds), 4),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 
+from mcd_cli._version import __version__
 from mcd_cli.errors import Interrupted, McdError
 
 # The click Typer ships with (vendored in recent versions): found from a public class.
@@ -127,8 +128,6 @@ app = typer.Typer(
 
 def _version_callback(value: bool) -> None:
     if value:
-        from mcd_cli import __version__
-
         print(f"mcd-cli {__version__}")
         raise typer.Exit()
 

@@ -7,22 +7,15 @@ import json as jsonlib
 from mcd_cli import report
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
-from mcd_cli.cli.options import DataOpt, DebugOpt, JsonOpt, ModelOpt, ParamOpt, TargetArg, X64Opt
+from mcd_cli.cli.options import takes
 from mcd_cli.errors import RunFailed
 from mcd_cli.record import finite
 from mcd_cli.targets.conditional import ConditionalTarget, first_datum
 
 
 @app.command()
-def check(
-    target: TargetArg = None,
-    param: ParamOpt = None,
-    model: ModelOpt = None,
-    data: DataOpt = None,
-    json: JsonOpt = False,
-    x64: X64Opt = False,
-    debug: DebugOpt = False,
-) -> None:
+@takes("target", "param", "model", "data", "json", "x64", "debug")
+def check(target, param, model, data, json, x64, debug) -> None:
     """Validate TARGET: its log density and gradient at draws from the initial distribution.
 
     Exits 1 when the target is not usable as it stands.

@@ -20,44 +20,8 @@ from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli.app import app
-from mcd_cli.cli.options import (
-    SAMPLER,
-    BatchOpt,
-    ConfigOpt,
-    DebugOpt,
-    DevicesOpt,
-    DistributedOpt,
-    CoordinatorOpt,
-    NumProcessesOpt,
-    ProcessIdOpt,
-    DryRunOpt,
-    HiddenOpt,
-    InitCovOpt,
-    InitOpt,
-    IterationsOpt,
-    JsonOpt,
-    LearnScheduleOpt,
-    LossOpt,
-    LrOpt,
-    MaxIterationsOpt,
-    StepSizeOpt,
-    UnrollOpt,
-    OutputOpt,
-    ParamOpt,
-    ModelOpt,
-    DataOpt,
-    PresetOpt,
-    QuietOpt,
-    RematOpt,
-    RepeatsOpt,
-    SamplesOpt,
-    SeedOpt,
-    StrictOpt,
-    X64Opt,
-    PlotOpt,
-    TRAINING,
-    _S,
-)
+from mcd_cli.cli.options import SAMPLER, SMC, TRAINING, in_panel, option, takes
+from mcd_cli.config import SamplerConfig
 from mcd_cli.devices import is_primary
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry
@@ -95,92 +59,52 @@ def _kernel_name(table: dict) -> Callable[[str], str]:
     return convert
 
 
-TargetsArg = Annotated[
-    Optional[list[str]],
-    typer.Argument(
-        help="One target (a grid of estimators), or several (a .py or .yaml file, a bundled name): "
-        "the Bayes factors of the models.",
-        metavar="TARGET",
-        show_default=False,
+# compare reads these options its own way: several targets, and lists to make a grid of.
+_LISTS = {
+    "target": Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="One target (a grid of estimators), or several (a .py or .yaml file, a bundled name): "
+            "the Bayes factors of the models.",
+            metavar="TARGET",
+            show_default=False,
+        ),
+    ],
+    "sampler": option(
+        str, "--sampler", "-s", panel=SAMPLER,
+        help=f"Comma-separated forward kernels, e.g. {','.join(registry.FORWARD)}. (default: {SamplerConfig.sampler})",
     ),
-]
+    "backward": option(
+        str, "--backward", "-B", panel=SAMPLER,
+        help=f"Comma-separated backward kernels, e.g. {','.join(registry.BACKWARD)}. "
+        f"(default: {SamplerConfig.backward})",
+    ),
+    "steps": option(
+        str, "--steps", "-K", panel=SAMPLER,
+        help=f"Comma-separated step counts, e.g. 64,256. (default: {SamplerConfig.steps})",
+    ),
+    "load": option(
+        str, "--load", panel=TRAINING,
+        help="With several targets: comma-separated parameter files saved with `mcd estimate --save`, one per "
+        "target in order; training is skipped.",
+    ),
+}
+# The options of one run that a grid or a comparison does not take: conditional targets, the
+# estimation method (the runs keep the library's importance sampling), saving and resuming.
+_NOT_TAKEN = (
+    "data_index", "schedule", "amortise", "save", "checkpoint", "checkpoint_every", "resume", "model_index",
+    *in_panel(SMC),
+)
 
 
 @app.command()
-def compare(
-    ctx: typer.Context,
-    target: TargetsArg = None,
-    param: ParamOpt = None,
-    model: ModelOpt = None,
-    data: DataOpt = None,
-    sampler: Annotated[
-        Optional[str],
-        typer.Option(
-            "--sampler", "-s", help=f"Comma-separated forward kernels, e.g. {','.join(registry.FORWARD)}. (default: {_S.sampler})",
-            show_default=False, rich_help_panel=SAMPLER,
-        ),
-    ] = None,
-    backward: Annotated[
-        Optional[str],
-        typer.Option(
-            "--backward", "-B", help=f"Comma-separated backward kernels, e.g. {','.join(registry.BACKWARD)}. (default: {_S.backward})",
-            show_default=False, rich_help_panel=SAMPLER,
-        ),
-    ] = None,
-    steps: Annotated[
-        Optional[str],
-        typer.Option(
-            "--steps", "-K", help=f"Comma-separated step counts, e.g. 64,256. (default: {_S.steps})",
-            show_default=False, rich_help_panel=SAMPLER,
-        ),
-    ] = None,
-    hidden: HiddenOpt = None,
-    learn_schedule: LearnScheduleOpt = None,
-    init: InitOpt = None,
-    init_cov: InitCovOpt = None,
-    step_size: StepSizeOpt = None,
-    unroll: UnrollOpt = None,
-    iterations: IterationsOpt = None,
-    max_iterations: MaxIterationsOpt = None,
-    loss: LossOpt = None,
-    batch_size: BatchOpt = None,
-    lr: LrOpt = None,
-    remat: RematOpt = None,
-    load: Annotated[
-        Optional[str],
-        typer.Option(
-            "--load",
-            help="With several targets: comma-separated parameter files saved with `mcd estimate --save`, "
-            "one per target in order; training is skipped.",
-            show_default=False, rich_help_panel=TRAINING,
-        ),
-    ] = None,
-    samples: SamplesOpt = None,
-    seed: SeedOpt = None,
-    repeats: RepeatsOpt = None,
-    preset: PresetOpt = None,
-    config: ConfigOpt = None,
-    json: JsonOpt = False,
-    output: OutputOpt = None,
-    plot: PlotOpt = None,
-    strict: StrictOpt = False,
-    quiet: QuietOpt = False,
-    x64: X64Opt = False,
-    dry_run: DryRunOpt = False,
-    devices: DevicesOpt = None,
-    distributed: DistributedOpt = False,
-    coordinator: CoordinatorOpt = None,
-    num_processes: NumProcessesOpt = None,
-    process_id: ProcessIdOpt = None,
-    debug: DebugOpt = False,
-) -> None:
+@takes(skip=_NOT_TAKEN, **_LISTS)
+def compare(ctx: typer.Context, **given: Any) -> None:
     """Run a grid of estimators on one TARGET, or compare several models by their Bayes factors.
 
     Examples: mcd compare gmm8 --sampler ula,uha --backward ais,mcd --steps 64,256 --repeats 3;
     mcd compare model_a.py model_b.py --backward ais --iterations 0
     """
-    given = dict(locals())
-    given.pop("ctx")
     values = settings.resolve(ctx, given)
     targets = _targets(values.get("target"))
     if len(targets) > 1:
@@ -201,7 +125,7 @@ def compare(
         if isinstance(loaded.target, ConditionalTarget):
             raise UsageError(
                 f"'{loaded.target.name}' is a conditional target (one log Z per datum), which compare does not "
-                "take; run `mcd estimate` once per setting (see benchmarks/vae_table.py for a table)"
+                "take; run `mcd estimate` once per setting (see benchmarks/run.py vae for a table)"
             )
         plans = []
         for s in forwards:
@@ -210,28 +134,37 @@ def compare(
                     cell = {**values, "sampler": s, "backward": b, "steps": k}
                     sconf, tconf = settings.build_configs(cell, loaded.target.dim)
                     plans.append(settings.run_plan(loaded, sconf, tconf, values))
-        available = run.available_memory()
-        for plan in plans:
-            run.validate(plan, available=available)
-        out.check_plot(values)
-        out.warn_before(plans, values)
-        if values["dry_run"]:
-            out.dry_run(plans, values)
+        records = _run_all(plans, values)
+        if records is None:
             return
-        records = []
-        primary = is_primary()
-        with out.progress(values) as progress, settings.sigterm_as_interrupt():
-            for plan in plans:
-                record = run.execute(plan, progress).as_dict()
-                out.append(values, record)
-                if values.get("json") and primary:
-                    print(report.to_json(record), flush=True)
-                records.append(record)
-        if not values.get("json") and primary:
+        if not values.get("json") and is_primary():
             report.stdout_console().print(report.compare_table(records))
         out.warn_after(records, values)
         out.plot_compare(values, records)
         out.strict(values, records)
+
+
+def _run_all(plans: list[run.RunPlan], values: dict, kind: Optional[str] = None) -> Optional[list[dict]]:
+    """Validates every plan, then runs them in turn (nothing with --dry-run: None): each record,
+    of `kind` where given, is appended to --output and, with --json, printed as it comes."""
+    available = run.available_memory()
+    for plan in plans:
+        run.validate(plan, available=available)
+    out.check_plot(values)
+    out.warn_before(plans, values)
+    if values["dry_run"]:
+        out.dry_run(plans, values)
+        return None
+    records = []
+    with out.progress(values) as progress, settings.sigterm_as_interrupt():
+        for plan in plans:
+            result = run.execute(plan, progress)
+            record = (result if kind is None else dataclasses.replace(result, kind=kind)).as_dict()
+            out.append(values, record)
+            if values.get("json") and is_primary():
+                print(report.to_json(record), flush=True)
+            records.append(record)
+    return records
 
 
 def _targets(value: Any) -> list[str]:
@@ -294,22 +227,9 @@ def _compare_models(targets: list[str], values: dict) -> None:
             sconf, tconf = settings.build_configs(cell, loaded.target.dim)
             plan = settings.run_plan(loaded, sconf, tconf, cell, load=load, saved=saved)
             plans.append(dataclasses.replace(plan, model_index=i))
-        available = run.available_memory()
-        for plan in plans:
-            run.validate(plan, available=available)
-        out.check_plot(values)
-        out.warn_before(plans, values)
-        if values["dry_run"]:
-            out.dry_run(plans, values)
-            return
-        records = []
-        with out.progress(values) as progress, settings.sigterm_as_interrupt():
-            for plan in plans:
-                rec = dataclasses.replace(run.execute(plan, progress), kind="model").as_dict()
-                out.append(values, rec)
-                if values.get("json") and is_primary():
-                    print(report.to_json(rec), flush=True)
-                records.append(rec)
+        records = _run_all(plans, values, kind="model")
+    if records is None:
+        return
     result = comparison.from_records(records, names)
     summary = record_.comparison_record(result, records, records[0]["seed"])
     out.append(values, summary)

@@ -3,179 +3,28 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Any
 
 import typer
 
-from mcd_cli import perdatum, report, run
+from mcd_cli import report, run
+from mcd_cli.run import perdatum
 from mcd_cli.run import ADAPTIVE_REFINE_STEPS
 from mcd_cli.errors import Unreliable, UsageError
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.cli.app import app
-from mcd_cli.cli.options import (
-    SAMPLER,
-    LeapfrogOpt,
-    MaxStepsOpt,
-    ParticlesOpt,
-    RefineEveryOpt,
-    RefineOpt,
-    RefineStepsOpt,
-    ResampleOpt,
-    ResamplingOpt,
-    ScheduleOpt,
-    TargetEssOpt,
-    Backward,
-    BatchOpt,
-    ConfigOpt,
-    DebugOpt,
-    DevicesOpt,
-    DistributedOpt,
-    CoordinatorOpt,
-    NumProcessesOpt,
-    ProcessIdOpt,
-    DryRunOpt,
-    HiddenOpt,
-    InitCovOpt,
-    InitOpt,
-    IterationsOpt,
-    JsonOpt,
-    LearnScheduleOpt,
-    LossOpt,
-    LrOpt,
-    MaxIterationsOpt,
-    OutputOpt,
-    ParamOpt,
-    ModelOpt,
-    ModelIndexOpt,
-    DataOpt,
-    DataIndexOpt,
-    AmortiseOpt,
-    PlotOpt,
-    PresetOpt,
-    QuietOpt,
-    RematOpt,
-    RepeatsOpt,
-    Sampler,
-    SamplesOpt,
-    SeedOpt,
-    StepSizeOpt,
-    StrictOpt,
-    TargetArg,
-    UnrollOpt,
-    X64Opt,
-    DEFAULT_CHECKPOINT_EVERY,
-    TRAINING,
-    _S,
-)
+from mcd_cli.cli.options import takes
 
 
 @app.command()
-def estimate(
-    ctx: typer.Context,
-    target: TargetArg = None,
-    param: ParamOpt = None,
-    model: ModelOpt = None,
-    data: DataOpt = None,
-    data_index: DataIndexOpt = None,
-    sampler: Annotated[
-        Optional[Sampler],
-        typer.Option(
-            "--sampler", "-s", help=f"Forward kernel: ula (Langevin) or uha (Hamiltonian). (default: {_S.sampler})",
-            show_default=False, rich_help_panel=SAMPLER,
-        ),
-    ] = None,
-    backward: Annotated[
-        Optional[Backward],
-        typer.Option(
-            "--backward", "-B", help=f"Backward kernel: mcd (learned score) or ais. (default: {_S.backward})",
-            show_default=False, rich_help_panel=SAMPLER,
-        ),
-    ] = None,
-    steps: Annotated[
-        Optional[int],
-        typer.Option("--steps", "-K", help=f"Annealing steps K. (default: {_S.steps})", show_default=False, rich_help_panel=SAMPLER),
-    ] = None,
-    hidden: HiddenOpt = None,
-    learn_schedule: LearnScheduleOpt = None,
-    schedule: ScheduleOpt = None,
-    init: InitOpt = None,
-    init_cov: InitCovOpt = None,
-    step_size: StepSizeOpt = None,
-    unroll: UnrollOpt = None,
-    iterations: IterationsOpt = None,
-    max_iterations: MaxIterationsOpt = None,
-    loss: LossOpt = None,
-    batch_size: BatchOpt = None,
-    lr: LrOpt = None,
-    remat: RematOpt = None,
-    amortise: AmortiseOpt = None,
-    save: Annotated[
-        Optional[Path],
-        typer.Option("--save", help="Save the trained parameters to this file (.npz).", show_default=False, rich_help_panel=TRAINING),
-    ] = None,
-    load: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--load", help="Load trained parameters saved with --save and skip training.", show_default=False,
-            rich_help_panel=TRAINING,
-        ),
-    ] = None,
-    checkpoint: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--checkpoint", help="Save the training state in this directory every --checkpoint-every iterations.",
-            show_default=False, rich_help_panel=TRAINING,
-        ),
-    ] = None,
-    checkpoint_every: Annotated[
-        Optional[int],
-        typer.Option(
-            "--checkpoint-every", help=f"Iterations between checkpoints. (default: {DEFAULT_CHECKPOINT_EVERY})",
-            show_default=False, rich_help_panel=TRAINING,
-        ),
-    ] = None,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume", help="Continue from the checkpoint in --checkpoint DIR, if there is one.", rich_help_panel=TRAINING),
-    ] = False,
-    resample: ResampleOpt = None,
-    resampling: ResamplingOpt = None,
-    refine: RefineOpt = None,
-    refine_steps: RefineStepsOpt = None,
-    leapfrog: LeapfrogOpt = None,
-    refine_every: RefineEveryOpt = None,
-    target_ess: TargetEssOpt = None,
-    max_steps: MaxStepsOpt = None,
-    particles: ParticlesOpt = None,
-    samples: SamplesOpt = None,
-    seed: SeedOpt = None,
-    model_index: ModelIndexOpt = None,
-    repeats: RepeatsOpt = None,
-    preset: PresetOpt = None,
-    config: ConfigOpt = None,
-    json: JsonOpt = False,
-    output: OutputOpt = None,
-    plot: PlotOpt = None,
-    strict: StrictOpt = False,
-    quiet: QuietOpt = False,
-    x64: X64Opt = False,
-    dry_run: DryRunOpt = False,
-    devices: DevicesOpt = None,
-    distributed: DistributedOpt = False,
-    coordinator: CoordinatorOpt = None,
-    num_processes: NumProcessesOpt = None,
-    process_id: ProcessIdOpt = None,
-    debug: DebugOpt = False,
-) -> None:
+@takes()
+def estimate(ctx: typer.Context, **given: Any) -> None:
     """Fit the estimator to TARGET, then estimate log Z.
 
     Example: mcd estimate gmm8 --steps 64 --sampler uha --json
     """
-    given = dict(locals())
-    given.pop("ctx")
     values = settings.resolve(ctx, given)
     with settings.precision(bool(values["x64"])):
         loaded = settings.load_target(values.get("target"), values["param"], values.get("model"), values.get("data"))
@@ -183,9 +32,9 @@ def estimate(
             _per_datum(ctx, loaded, values)
             return
         if values.get("data_index") is not None or values.get("amortise") is not None:
-            given = "--data-index" if values.get("data_index") is not None else "--amortise/--separate"
+            flag = "--data-index" if values.get("data_index") is not None else "--amortise/--separate"
             raise UsageError(
-                f"{given} applies to conditional targets (log_density(z, x) with a data set), and "
+                f"{flag} applies to conditional targets (log_density(z, x) with a data set), and "
                 f"'{loaded.target.name}' is not one; drop it"
             )
         plan = _plan(values, loaded)

@@ -1,23 +1,36 @@
-"""The options `estimate` and `compare` share, declared once, grouped into help panels.
+"""Every command-line option, declared once, grouped into help panels.
 
-Each option is an `Annotated` type; a command lists the ones it takes. Defaults are None
-("the library's default", resolved in `cli.settings`) so that an explicit flag, a --config value
-and a --preset can be told apart.
+`OPTIONS` maps a parameter name to its `Annotated` type, in the order the help lists them; a
+command takes them by name through `takes` and receives their values as keyword arguments.
+Defaults are None ("the library's default", resolved in `cli.settings`) so that an explicit flag,
+a --config value and a --preset can be told apart; on/off switches default to off.
+
+The choices come from the library's tables (the kernel registry, `objectives.OBJECTIVES`,
+`config`) and the defaults a help text states from the library's own values, so the help cannot
+drift from what runs.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
+import typing
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Collection, Iterable, Optional, TypeVar
 
 import typer
 
 from mcd_cli.config import (
-    INIT_METHODS, PRESETS, REFINE_EVERY, RESAMPLING, SamplerConfig, TrainConfig,
+    COVARIANCES, INIT_METHODS, MAX_DEFAULT_HIDDEN, PRESETS, REFINE_EVERY, RESAMPLING, SCHEDULES, SamplerConfig,
+    TrainConfig, hidden_for,
 )
 from mcd_cli.kernels import registry
-from mcd_cli.run import ADAPTIVE_REFINE_STEPS, DEFAULT_SAMPLES, SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE
+from mcd_cli.objectives import OBJECTIVES
+from mcd_cli.run import (
+    ADAPTIVE_REFINE_STEPS, DEFAULT_POPULATIONS, DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM,
+    SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE, RunPlan, auto_batch_size, auto_unroll,
+)
+from mcd_cli.targets.numpyro_model import DEFAULT_MODEL
 
 TARGET, SAMPLER, TRAINING, OUTPUT, RUN = "Target", "Sampler", "Training", "Output", "Run control"
 DEVICES = "Devices and clusters"
@@ -25,390 +38,319 @@ SMC = "Sequential Monte Carlo"
 
 _S = SamplerConfig()
 _T = TrainConfig()
+# The command line's own default: a library run saves no periodic checkpoints
+# (`RunPlan.checkpoint_every` 0); --checkpoint DIR asks for one this often.
 DEFAULT_CHECKPOINT_EVERY = 100
 
-Preset = enum.Enum("Preset", {name: name for name in PRESETS}, type=str)
-# Choices from the kernel registry, fixed when the command line is built.
-Sampler = enum.Enum("Sampler", {name: name for name in registry.FORWARD}, type=str)
-Backward = enum.Enum("Backward", {name: name for name in registry.BACKWARD}, type=str)
 
-TargetArg = Annotated[
-    Optional[str],
-    typer.Argument(
-        help="A target: a .py or .yaml file, a bundled target's name (see `mcd targets`), or - to "
-        "read a YAML target from stdin.",
-        show_default=False,
-    ),
-]
-ParamOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--param", "-p", help="Target parameter key=value (repeatable), e.g. --param dim=50.",
-        show_default=False, rich_help_panel=TARGET,
-    ),
-]
-ModelOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--model", help="The NumPyro model function in a .py target file. (default: model)",
-        show_default=False, rich_help_panel=TARGET,
-    ),
-]
-DataOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--data",
-        help="Named arrays (.npz, .csv with a header row, or .json) bound to the target's data "
-        "arguments by name: a NumPyro model's keyword arguments, or a conditional target's data set "
-        "(the array named data, or the only one; one datum per row).",
-        show_default=False, rich_help_panel=TARGET,
-    ),
-]
+def choices(name: str, values: Iterable[str]) -> type[enum.Enum]:
+    """A `str` Enum whose members are `values` (typer lists and checks them as the choices)."""
+    return enum.Enum(name, {value: value for value in values}, type=str)
 
-DataIndexOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--data-index",
+
+def either(values: Iterable[str]) -> str:
+    """`a, b or c`: a list of choices in a help text.
+
+    Example:
+        >>> either(("none", "mala", "hmc"))
+        'none, mala or hmc'
+    """
+    *rest, last = values
+    return f"{', '.join(rest)} or {last}" if rest else last
+
+
+def option(kind: Any, *decls: str, panel: str, help: str) -> Any:
+    """The `Annotated` type of an option in the help panel `panel`, whose help text states its default.
+
+    A plain `bool` is an on/off switch (default off); any other `kind` is optional (default None:
+    not given), `Optional[bool]` being a pair of flags such as --remat/--no-remat.
+    """
+    info = typer.Option(*decls, help=help, show_default=False, rich_help_panel=panel)
+    return Annotated[kind if kind is bool else Optional[kind], info]
+
+
+Preset = choices("Preset", PRESETS)
+Sampler = choices("Sampler", registry.FORWARD)
+Backward = choices("Backward", registry.BACKWARD)
+Refine = choices("Refine", ("none", *registry.REFINE))
+Loss = choices("Loss", OBJECTIVES)
+InitMethod = choices("InitMethod", INIT_METHODS)
+InitCov = choices("InitCov", COVARIANCES)
+Schedule = choices("Schedule", SCHEDULES)
+Resampling = choices("Resampling", RESAMPLING)
+RefineEvery = choices("RefineEvery", REFINE_EVERY)
+
+_PAPER = PRESETS["paper"]
+_SMALLEST_HIDDEN = hidden_for(1)
+_SCHEDULE = "learned" if _S.learn_schedule else "linear"
+
+OPTIONS: dict[str, Any] = {
+    "target": Annotated[
+        Optional[str],
+        typer.Argument(
+            help="A target: a .py or .yaml file, a bundled target's name (see `mcd targets`), or - to "
+            "read a YAML target from stdin.",
+            show_default=False,
+        ),
+    ],
+    # Target -------------------------------------------------------------------------------------
+    "param": option(
+        list[str], "--param", "-p", panel=TARGET, help="Target parameter key=value (repeatable), e.g. --param dim=50."
+    ),
+    "model": option(
+        str, "--model", panel=TARGET,
+        help=f"The NumPyro model function in a .py target file. (default: {DEFAULT_MODEL})",
+    ),
+    "data": option(
+        Path, "--data", panel=TARGET,
+        help="Named arrays (.npz, .csv with a header row, or .json) bound to the target's data arguments by name: "
+        "a NumPyro model's keyword arguments, or a conditional target's data set (the array named data, or the "
+        "only one; one datum per row).",
+    ),
+    "data_index": option(
+        str, "--data-index", panel=TARGET,
         help="Conditional targets: estimate only the data i:j (Python slice rules; i:, :j or one index). "
         "(default: all)",
-        show_default=False, rich_help_panel=TARGET,
     ),
-]
-AmortiseOpt = Annotated[
-    Optional[bool],
-    typer.Option(
-        "--amortise/--separate",
-        help="Conditional targets: train one sampler for all the data, its score network conditioned on "
-        "the datum (amortise), or a separate run per datum. (default: the file's `amortise`, else separate)",
-        show_default=False, rich_help_panel=TRAINING,
+    # Sampler ------------------------------------------------------------------------------------
+    "sampler": option(
+        Sampler, "--sampler", "-s", panel=SAMPLER,
+        help=f"Forward kernel: ula (Langevin) or uha (Hamiltonian). (default: {_S.sampler})",
     ),
-]
-
-# Sampler ------------------------------------------------------------------------------------
-HiddenOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--hidden",
-        help="Width d_h of the score network (MCD); keep it at least the target's dimension. (default: "
-        "the dimension rounded up to a multiple of 32, between 32 and 512)",
-        show_default=False, rich_help_panel=SAMPLER,
+    "backward": option(
+        Backward, "--backward", "-B", panel=SAMPLER,
+        help=f"Backward kernel: mcd (learned score) or ais. (default: {_S.backward})",
     ),
-]
-LearnScheduleOpt = Annotated[
-    Optional[bool],
-    typer.Option(
-        "--learn-schedule/--fixed-schedule",
+    "steps": option(int, "--steps", "-K", panel=SAMPLER, help=f"Annealing steps K. (default: {_S.steps})"),
+    "hidden": option(
+        int, "--hidden", panel=SAMPLER,
+        help="Width d_h of the score network (MCD); keep it at least the target's dimension. (default: the dimension "
+        f"rounded up to a multiple of {_SMALLEST_HIDDEN}, between {_SMALLEST_HIDDEN} and {MAX_DEFAULT_HIDDEN})",
+    ),
+    "learn_schedule": option(
+        Optional[bool], "--learn-schedule/--fixed-schedule", panel=SAMPLER,
         help=f"Learn the annealing schedule β (else linear). (default: {'learn' if _S.learn_schedule else 'fixed'})",
-        show_default=False, rich_help_panel=SAMPLER,
     ),
-]
-Loss = enum.Enum("Loss", {name: name for name in ("elbo", "logvar")}, type=str)
-InitMethod = enum.Enum("InitMethod", {name: name for name in INIT_METHODS}, type=str)
-InitOpt = Annotated[
-    Optional[InitMethod],
-    typer.Option(
-        "--init",
-        help="Initial distribution: auto (the target's own when it declares one, else vi), target (the "
-        "target's own, or N(0, I)), laplace (a Gaussian at the mode), vi (a mean-field Gaussian fitted by "
-        "the ELBO) or prior (a NumPyro model's prior). (default: auto)",
-        show_default=False, rich_help_panel=SAMPLER,
+    "schedule": option(
+        Schedule, "--schedule", panel=SAMPLER,
+        help="Annealing schedule β: linear (β_k = k/K), learned (trained with the kernels), or adaptive (tempered "
+        "SMC: β chosen from the particles for --target-ess, moves by --refine; needs --refine mala|hmc, refuses "
+        f"--steps). --learn-schedule/--fixed-schedule are aliases of learned/linear. (default: {_SCHEDULE})",
     ),
-]
-InitCov = enum.Enum("InitCov", {"diag": "diag", "full": "full"}, type=str)
-InitCovOpt = Annotated[
-    Optional[InitCov],
-    typer.Option(
-        "--init-cov",
-        help="With --init laplace: diag, or full (the target is whitened by the Laplace covariance). (default: diag)",
-        show_default=False, rich_help_panel=SAMPLER,
+    "init": option(
+        InitMethod, "--init", panel=SAMPLER,
+        help="Initial distribution: auto (the target's own when it declares one, else vi), target (the target's "
+        "own, or N(0, I)), laplace (a Gaussian at the mode), vi (a mean-field Gaussian fitted by the ELBO) or "
+        f"prior (a NumPyro model's prior). (default: {_S.init})",
     ),
-]
-
-Schedule = enum.Enum("Schedule", {name: name for name in ("linear", "learned", "adaptive")}, type=str)
-ScheduleOpt = Annotated[
-    Optional[Schedule],
-    typer.Option(
-        "--schedule",
-        help="Annealing schedule β: linear (β_k = k/K), learned (trained with the kernels), or adaptive "
-        "(tempered SMC: β chosen from the particles for --target-ess, moves by --refine; needs "
-        "--refine mala|hmc, refuses --steps). --learn-schedule/--fixed-schedule are aliases of "
-        "learned/linear. (default: linear)",
-        show_default=False, rich_help_panel=SAMPLER,
+    "init_cov": option(
+        InitCov, "--init-cov", panel=SAMPLER,
+        help="With --init laplace: diag, or full (the target is whitened by the Laplace covariance). "
+        f"(default: {_S.init_cov})",
     ),
-]
-
-# Sequential Monte Carlo ---------------------------------------------------------------------
-ResampleOpt = Annotated[
-    Optional[float],
-    typer.Option(
-        "--resample",
-        help="Resample the particles when ESS/N falls below this fraction (0: never, plain importance "
-        f"sampling, the paper's estimator). (default: {SMC_RESAMPLE:g}; 0 with --preset paper)",
-        show_default=False, rich_help_panel=SMC,
+    "step_size": option(
+        str, "--step-size", panel=SAMPLER,
+        help="Initial step sizes: auto (per step, from the curvature along the path, by a short pilot run; capped "
+        f"at {_S.max_step_size:g}) or a number (every step). They are learned either way. (default: auto)",
     ),
-]
-Resampling = enum.Enum("Resampling", {name: name for name in RESAMPLING}, type=str)
-ResamplingOpt = Annotated[
-    Optional[Resampling],
-    typer.Option(
-        "--resampling",
-        help="Resampling scheme: multinomial, systematic or stratified (lower variance, but no single-run "
-        f"standard error). (default: {_S.resampling})",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-Refine = enum.Enum("Refine", {name: name for name in ("none", *registry.REFINE)}, type=str)
-RefineOpt = Annotated[
-    Optional[Refine],
-    typer.Option(
-        "--refine",
-        help="Metropolis-corrected move that refines the particles at each β: none, mala or hmc. "
-        f"(default: {SMC_REFINE} when the run resamples or tempers adaptively, else none)",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-RefineStepsOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--refine-steps",
-        help=f"Moves per refinement. (default: {SMC_REFINE_STEPS}; {ADAPTIVE_REFINE_STEPS} with --schedule adaptive)",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-LeapfrogOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--leapfrog", help=f"Leapfrog steps per HMC move (--refine hmc). (default: {_S.leapfrog})",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-RefineEvery = enum.Enum("RefineEvery", {name: name for name in REFINE_EVERY}, type=str)
-RefineEveryOpt = Annotated[
-    Optional[RefineEvery],
-    typer.Option(
-        "--refine-every",
-        help="Refine after each resampling, or after every step. (default: resample; adaptive: every step)",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-TargetEssOpt = Annotated[
-    Optional[float],
-    typer.Option(
-        "--target-ess",
-        help=f"--schedule adaptive: the conditional ESS/N each new β aims at. (default: {_S.target_ess:g})",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-MaxStepsOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--max-steps",
-        help=f"--schedule adaptive: the most tempering steps before the run fails. (default: {_S.max_steps})",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-ParticlesOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--particles",
-        help="SMC population size: --samples particles run as independent populations of this size, "
-        "merged by averaging Ẑ (bounds memory; 4 or more give a standard error from their spread). "
-        "(default: --samples / 8 when that is at least 128 and 10 per dimension)",
-        show_default=False, rich_help_panel=SMC,
-    ),
-]
-
-StepSizeOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--step-size",
-        help="Initial step sizes: auto (per step, from the curvature along the path, by a short pilot run; "
-        f"capped at {_S.max_step_size:g}) or a number (every step). They are learned either way. (default: auto)",
-        show_default=False, rich_help_panel=SAMPLER,
-    ),
-]
-UnrollOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--unroll",
+    "unroll": option(
+        int, "--unroll", panel=SAMPLER,
         help="Annealing steps fused per iteration of the compiled loop: faster on a GPU, longer to compile. "
-        "(default: 1 on a CPU, 4 on a GPU)",
-        show_default=False, rich_help_panel=SAMPLER,
+        f"(default: {auto_unroll('cpu')} on a CPU, {auto_unroll('gpu')} on a GPU)",
     ),
-]
-
-# Training -----------------------------------------------------------------------------------
-IterationsOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--iterations", "-n",
-        help="Training iterations (0: no training), or auto: stop once the ELBO stops improving beyond its "
-        f"noise, at most --max-iterations. (default: {'auto' if _T.stop == 'plateau' else _T.iterations})",
-        show_default=False, rich_help_panel=TRAINING,
+    # Training -----------------------------------------------------------------------------------
+    "iterations": option(
+        str, "--iterations", "-n", panel=TRAINING,
+        help="Training iterations (0: no training), or auto: stop once the ELBO stops improving beyond its noise, "
+        f"at most --max-iterations. (default: {'auto' if _T.stop == 'plateau' else _T.iterations})",
     ),
-]
-MaxIterationsOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--max-iterations",
-        help=f"The cap of --iterations auto. (default: {_T.iterations})",
-        show_default=False, rich_help_panel=TRAINING,
+    "max_iterations": option(
+        int, "--max-iterations", panel=TRAINING, help=f"The cap of --iterations auto. (default: {_T.iterations})"
     ),
-]
-LossOpt = Annotated[
-    Optional[Loss],
-    typer.Option(
-        "--loss",
-        help="Training objective: elbo (backpropagates through the trajectories) or logvar (variance of the "
-        f"log weights on fixed trajectories; ULA kernels only). (default: {_T.objective})",
-        show_default=False, rich_help_panel=TRAINING,
+    "loss": option(
+        Loss, "--loss", panel=TRAINING,
+        help="Training objective: elbo (backpropagates through the trajectories) or logvar (variance of the log "
+        f"weights on fixed trajectories; ULA kernels only). (default: {_T.objective})",
     ),
-]
-BatchOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--batch-size", "-b",
-        help="Particles per training step, or auto: 128 on a CPU, 1024 on a GPU. (default: auto)",
-        show_default=False, rich_help_panel=TRAINING,
+    "batch_size": option(
+        str, "--batch-size", "-b", panel=TRAINING,
+        help=f"Particles per training step, or auto: {auto_batch_size('cpu')} on a CPU, {auto_batch_size('gpu')} "
+        "on a GPU. (default: auto)",
     ),
-]
-LrOpt = Annotated[
-    Optional[float],
-    typer.Option("--lr", help=f"Adam learning rate. (default: {_T.lr:g})", show_default=False, rich_help_panel=TRAINING),
-]
-RematOpt = Annotated[
-    Optional[bool],
-    typer.Option(
-        "--remat/--no-remat",
+    "lr": option(float, "--lr", panel=TRAINING, help=f"Adam learning rate. (default: {_T.lr:g})"),
+    "remat": option(
+        Optional[bool], "--remat/--no-remat", panel=TRAINING,
         help="Recompute the trajectory in the backward pass: memory O(√K) instead of O(K), slower.",
-        show_default=False, rich_help_panel=TRAINING,
     ),
-]
-
-# Run control --------------------------------------------------------------------------------
-SamplesOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--samples", "-N", help=f"Importance samples for the estimate. (default: {DEFAULT_SAMPLES})",
-        show_default=False, rich_help_panel=RUN,
+    "amortise": option(
+        Optional[bool], "--amortise/--separate", panel=TRAINING,
+        help="Conditional targets: train one sampler for all the data, its score network conditioned on the datum "
+        "(amortise), or a separate run per datum. (default: the file's `amortise`, else separate)",
     ),
-]
-SeedOpt = Annotated[
-    Optional[int], typer.Option("--seed", help="Root random seed. (default: 0)", show_default=False, rich_help_panel=RUN)
-]
-RepeatsOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--repeats", "-r", help="Independent runs (seeds); reports mean ± standard error. (default: 1)",
-        show_default=False, rich_help_panel=RUN,
+    "save": option(Path, "--save", panel=TRAINING, help="Save the trained parameters to this file (.npz)."),
+    "load": option(Path, "--load", panel=TRAINING, help="Load trained parameters saved with --save and skip training."),
+    "checkpoint": option(
+        Path, "--checkpoint", panel=TRAINING,
+        help="Save the training state in this directory every --checkpoint-every iterations.",
     ),
-]
-PresetOpt = Annotated[
-    Optional[Preset],
-    typer.Option(
-        "--preset", help="Named settings: default (CPU, minutes) or paper (d_h = 512, long training; GPU).",
-        show_default=False, rich_help_panel=RUN,
+    "checkpoint_every": option(
+        int, "--checkpoint-every", panel=TRAINING,
+        help=f"Iterations between checkpoints. (default: {DEFAULT_CHECKPOINT_EVERY})",
     ),
-]
-ConfigOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--config", "-c",
-        help="YAML (or JSON) file of settings: option names, any sampler/training field, and 'target'; "
-        "explicit flags win. A record's .config reproduces its run.",
-        show_default=False, rich_help_panel=RUN,
+    "resume": option(
+        bool, "--resume", panel=TRAINING, help="Continue from the checkpoint in --checkpoint DIR, if there is one."
     ),
-]
-X64Opt = Annotated[
-    bool, typer.Option("--x64", help="Compute in float64 (slower; default float32).", rich_help_panel=RUN)
-]
-DryRunOpt = Annotated[
-    bool,
-    typer.Option(
-        "--dry-run", help="Check the target, options, files and memory, then exit without running.",
-        rich_help_panel=RUN,
+    # Sequential Monte Carlo ---------------------------------------------------------------------
+    "resample": option(
+        float, "--resample", panel=SMC,
+        help="Resample the particles when ESS/N falls below this fraction (0: never, plain importance sampling, "
+        f"the paper's estimator). (default: {SMC_RESAMPLE:g}; {_PAPER['resample']:g} with --preset paper)",
     ),
-]
-ModelIndexOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--model-index",
-        help="Derive the keys as model I of `mcd compare A B ...` does (root key fold_in(key(seed), I)), "
-        "to reproduce that model alone. (default: none, root key key(seed))",
-        show_default=False, rich_help_panel=RUN,
+    "resampling": option(
+        Resampling, "--resampling", panel=SMC,
+        help=f"Resampling scheme: {either(RESAMPLING)} (lower variance, but no single-run standard error). "
+        f"(default: {_S.resampling})",
     ),
-]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback when something fails.", rich_help_panel=RUN)]
-
-# Devices and clusters -----------------------------------------------------------------------
-DevicesOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--devices",
-        help="Devices to shard the particles over: all, or N (the first N of each process); batch and "
-        "chunk sizes are rounded up to a multiple of the device count. (default: all)",
-        show_default=False, rich_help_panel=DEVICES,
+    "refine": option(
+        Refine, "--refine", panel=SMC,
+        help=f"Metropolis-corrected move that refines the particles at each β: {either(Refine.__members__)}. "
+        f"(default: {SMC_REFINE} when the run resamples or tempers adaptively, else none)",
     ),
-]
-DistributedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--distributed",
+    "refine_steps": option(
+        int, "--refine-steps", panel=SMC,
+        help=f"Moves per refinement. (default: {SMC_REFINE_STEPS}; {ADAPTIVE_REFINE_STEPS} with --schedule adaptive)",
+    ),
+    "leapfrog": option(
+        int, "--leapfrog", panel=SMC, help=f"Leapfrog steps per HMC move (--refine hmc). (default: {_S.leapfrog})"
+    ),
+    "refine_every": option(
+        RefineEvery, "--refine-every", panel=SMC,
+        help=f"Refine after each resampling, or after every step. (default: {_S.refine_every}; adaptive: every step)",
+    ),
+    "target_ess": option(
+        float, "--target-ess", panel=SMC,
+        help=f"--schedule adaptive: the conditional ESS/N each new β aims at. (default: {_S.target_ess:g})",
+    ),
+    "max_steps": option(
+        int, "--max-steps", panel=SMC,
+        help=f"--schedule adaptive: the most tempering steps before the run fails. (default: {_S.max_steps})",
+    ),
+    "particles": option(
+        int, "--particles", panel=SMC,
+        help="SMC population size: --samples particles run as independent populations of this size, merged by "
+        "averaging Ẑ (bounds memory; 4 or more give a standard error from their spread). (default: --samples / "
+        f"{DEFAULT_POPULATIONS} when that is at least {MIN_DEFAULT_POPULATION} and {POPULATION_PER_DIM} per dimension)",
+    ),
+    # Run control --------------------------------------------------------------------------------
+    "samples": option(
+        int, "--samples", "-N", panel=RUN, help=f"Importance samples for the estimate. (default: {DEFAULT_SAMPLES})"
+    ),
+    "seed": option(int, "--seed", panel=RUN, help=f"Root random seed. (default: {RunPlan.seed})"),
+    "model_index": option(
+        int, "--model-index", panel=RUN,
+        help="Derive the keys as model I of `mcd compare A B ...` does (root key fold_in(key(seed), I)), to "
+        "reproduce that model alone. (default: none, root key key(seed))",
+    ),
+    "repeats": option(
+        int, "--repeats", "-r", panel=RUN,
+        help=f"Independent runs (seeds); reports mean ± standard error. (default: {RunPlan.repeats})",
+    ),
+    "preset": option(
+        Preset, "--preset", panel=RUN,
+        help=f"Named settings: default (CPU, minutes) or paper (d_h = {_PAPER['hidden']}, long training; GPU).",
+    ),
+    "config": option(
+        Path, "--config", "-c", panel=RUN,
+        help="YAML (or JSON) file of settings: option names, any sampler/training field, and 'target'; explicit "
+        "flags win. A record's .config reproduces its run.",
+    ),
+    # Output -------------------------------------------------------------------------------------
+    "json": option(bool, "--json", panel=OUTPUT, help="Print only JSON (one object per line) on stdout."),
+    "output": option(
+        Path, "--output", "-o", panel=OUTPUT,
+        help="Append one JSON line per run to this file (safe for concurrent jobs).",
+    ),
+    "plot": option(
+        Path, "--plot", panel=OUTPUT,
+        help="Write a figure of the run to this file (.png, .svg or .pdf; needs matplotlib: pip install "
+        "'mcd-cli[plot]').",
+    ),
+    "strict": option(
+        bool, "--strict", panel=OUTPUT,
+        help="Exit with status 3 when an estimate's verdict is unreliable (after its record is written).",
+    ),
+    "quiet": option(bool, "--quiet", "-q", panel=OUTPUT, help="No progress bars or warnings on stderr."),
+    "x64": option(bool, "--x64", panel=RUN, help="Compute in float64 (slower; default float32)."),
+    "dry_run": option(
+        bool, "--dry-run", panel=RUN, help="Check the target, options, files and memory, then exit without running."
+    ),
+    # Devices and clusters -----------------------------------------------------------------------
+    "devices": option(
+        str, "--devices", panel=DEVICES,
+        help="Devices to shard the particles over: all, or N (the first N of each process); batch and chunk sizes "
+        "are rounded up to a multiple of the device count. (default: all)",
+    ),
+    "distributed": option(
+        bool, "--distributed", panel=DEVICES,
         help="Join a multi-process run through jax.distributed (detected under SLURM and Open MPI, or "
         "--coordinator/--num-processes/--process-id); process 0 writes the outputs.",
-        rich_help_panel=DEVICES,
     ),
-]
-CoordinatorOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--coordinator", help="With --distributed: HOST:PORT where process 0 listens.", show_default=False,
-        rich_help_panel=DEVICES,
+    "coordinator": option(
+        str, "--coordinator", panel=DEVICES, help="With --distributed: HOST:PORT where process 0 listens."
     ),
-]
-NumProcessesOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--num-processes", help="With --distributed: how many processes take part.", show_default=False,
-        rich_help_panel=DEVICES,
+    "num_processes": option(
+        int, "--num-processes", panel=DEVICES, help="With --distributed: how many processes take part."
     ),
-]
-ProcessIdOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--process-id", help="With --distributed: this process's index, 0 … N−1.", show_default=False,
-        rich_help_panel=DEVICES,
+    "process_id": option(
+        int, "--process-id", panel=DEVICES, help="With --distributed: this process's index, 0 … N−1."
     ),
-]
+    "debug": option(bool, "--debug", panel=RUN, help="Show the traceback when something fails."),
+}
 
-# Output -------------------------------------------------------------------------------------
-JsonOpt = Annotated[
-    bool, typer.Option("--json", help="Print only JSON (one object per line) on stdout.", rich_help_panel=OUTPUT)
-]
-OutputOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--output", "-o", help="Append one JSON line per run to this file (safe for concurrent jobs).",
-        show_default=False, rich_help_panel=OUTPUT,
-    ),
-]
-StrictOpt = Annotated[
-    bool,
-    typer.Option(
-        "--strict",
-        help="Exit with status 3 when an estimate's verdict is unreliable (after its record is written).",
-        rich_help_panel=OUTPUT,
-    ),
-]
-QuietOpt = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No progress bars or warnings on stderr.", rich_help_panel=OUTPUT)
-]
-PlotOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--plot",
-        help="Write a figure of the run to this file (.png, .svg or .pdf; needs matplotlib: "
-        "pip install 'mcd-cli[plot]').",
-        show_default=False, rich_help_panel=OUTPUT,
-    ),
-]
+
+def in_panel(panel: str) -> tuple[str, ...]:
+    """The names of the options listed in the help panel `panel`."""
+    return tuple(
+        name for name, annotation in OPTIONS.items()
+        if getattr(typing.get_args(annotation)[1], "rich_help_panel", None) == panel
+    )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def takes(*names: str, skip: Collection[str] = (), **replaced: Any) -> Callable[[F], F]:
+    """Declares the options a command takes, by name.
+
+    The signature typer reads becomes the command's other parameters (a `typer.Context`) followed
+    by the options `names` (all of `OPTIONS` when none are named) less `skip`, in the order given,
+    each with its `Annotated` type from `OPTIONS`, or from `replaced` where the command reads an
+    option its own way. typer passes their values as keyword arguments: to parameters of the same
+    name, or into the command's `**given`.
+
+    Example:
+        >>> @takes("json", "debug")
+        ... def command(json, debug): ...
+        >>> list(inspect.signature(command).parameters)
+        ['json', 'debug']
+    """
+    table = {**OPTIONS, **replaced}
+    chosen = [name for name in (names or OPTIONS) if name not in skip]
+
+    def decorate(command: F) -> F:
+        own = [
+            p for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name not in chosen
+        ]
+        options = [_keyword(name, table[name]) for name in chosen]
+        command.__signature__ = inspect.Signature(own + options)  # type: ignore[attr-defined]
+        return command
+
+    return decorate
+
+
+def _keyword(name: str, kind: Any) -> inspect.Parameter:
+    """A keyword parameter of the `Annotated` type `kind`, off by default for an on/off switch (a
+    plain `bool`), else None: "not given"."""
+    default = False if typing.get_args(kind)[0] is bool else None
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)

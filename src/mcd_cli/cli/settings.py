@@ -25,7 +25,7 @@ from mcd_cli.cli.app import one_line
 from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
 from mcd_cli.errors import UsageError
-from mcd_cli.run import DEFAULT_SAMPLES, RunPlan, method_defaults
+from mcd_cli.run import RunPlan, method_defaults
 
 SAMPLER_FIELDS = {f.name for f in dataclasses.fields(SamplerConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -44,13 +44,12 @@ def read_config(path: Path) -> dict:
         raise UsageError(f"cannot read --config '{path}' ({err.strerror or err}); check the path") from None
     try:
         data = safeyaml.load(text)
-    except safeyaml.DuplicateKeyError as err:
-        raise UsageError(
-            f"--config '{path}' line {err.problem_mark.line + 1}: {err.problem}; keep one of the two"
-        ) from None
     except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
+        mark = getattr(err, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        if isinstance(err, safeyaml.DuplicateKeyError):
+            raise UsageError(f"--config '{path}' line {line}: {err.problem}; keep one of the two") from None
+        at = "" if line is None else f" at line {line}"
         raise UsageError(f"--config '{path}' is not valid YAML{at}; fix the file") from None
     if data is None:
         return {}
@@ -297,19 +296,19 @@ def positive(values: dict, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
 
+# Options that are `RunPlan` fields under another name.
+_RUN_FIELDS = {"samples": "num_samples", "seed": "seed", "repeats": "repeats"}
+
+
 def run_plan(loaded: LoadedTarget, sconf: SamplerConfig, tconf: TrainConfig, values: dict, **extra) -> RunPlan:
-    """The `RunPlan` of one run from resolved values: the fields `estimate` and `compare` share."""
-
-    def pick(name: str, default: Any) -> Any:
-        return default if values.get(name) is None else values[name]
-
+    """The `RunPlan` of one run from resolved values: the fields `estimate` and `compare` share
+    (an option not given leaves `RunPlan`'s default)."""
+    given = {field: values[name] for name, field in _RUN_FIELDS.items() if values.get(name) is not None}
     return RunPlan(
         target=loaded.target,
         sconf=sconf,
         tconf=tconf,
-        num_samples=pick("samples", DEFAULT_SAMPLES),
-        seed=pick("seed", 0),
-        repeats=pick("repeats", 1),
+        **given,
         output=values.get("output"),
         x64=bool(values["x64"]),
         target_spec=loaded.spec,

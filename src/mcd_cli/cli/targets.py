@@ -6,15 +6,13 @@ import json as jsonlib
 
 from mcd_cli import report
 from mcd_cli.cli.app import app
-from mcd_cli.cli.options import DebugOpt, JsonOpt
+from mcd_cli.cli.options import takes
 from mcd_cli.record import finite
 
 
 @app.command()
-def targets(
-    json: JsonOpt = False,
-    debug: DebugOpt = False,
-) -> None:
+@takes("json", "debug")
+def targets(json, debug) -> None:
     """List the bundled targets: name, dimension, known log Z, description, path."""
     from mcd_cli.targets import bundled_targets
 

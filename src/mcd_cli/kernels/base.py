@@ -174,7 +174,8 @@ class BackwardKernel(NamedTuple):
         log_density: `(params, transition) -> log B_{k-1}`.
         param_count: `(in_dim, out_dim, config) -> ` approximate number of parameters.
         activations: `config -> ` approximate numbers stored per particle and step when training.
-        warnings: `(dim, config) -> list[str]`, settings known to limit the kernel.
+        warnings: `(dim, config) -> list[Reason]`, settings known to limit the kernel, as reason
+            codes (`mcd_cli.stats.Reason`; `mcd_cli.messages` words them).
     """
 
     name: str

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from mcd_cli import score
 from mcd_cli.kernels.base import BackwardKernel, Transition, gaussian_log_density
+from mcd_cli.stats.reasons import Reason
 
 
 def init_params(key, in_dim, out_dim, steps, config):
@@ -55,15 +56,12 @@ def activations(config) -> float:
     return float(10 * config.hidden * config.blocks + config.time_dim)
 
 
-def warnings(dim, config) -> list[str]:
-    """The network's output spans at most `hidden` directions: narrower than d limits MCD."""
+def warnings(dim, config) -> list[Reason]:
+    """The network's output spans at most `hidden` directions: narrower than d limits MCD
+    (`score_network_narrow`, worded by `mcd_cli.messages`)."""
     if config.hidden >= dim:
         return []
-    return [
-        f"warning: the score network (--hidden {config.hidden}) is narrower than the target (d = {dim}): "
-        f"its output spans at most {config.hidden} of {dim} directions, which limits MCD; use --hidden "
-        f"{dim} or more (slower per iteration)"
-    ]
+    return [Reason("score_network_narrow", {"hidden": int(config.hidden), "dim": int(dim)})]
 
 
 KERNEL = BackwardKernel(

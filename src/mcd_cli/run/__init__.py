@@ -7,7 +7,8 @@ goes through the small `Progress` protocol, which the CLI implements with rich.
 
 Modules: `defaults` (the library's defaults and the estimation method), `plan` (`RunPlan`, keys,
 sizes), `memory`, `validate`, `start` (initial distribution and pilot), `fit` (checkpointed
-training), `estimate` (the estimators), `execute`.
+training), `smc_kernels` (the SMC kernels of a configuration, and the SMC run), `estimate` (the
+estimators), `execute`.
 """
 
 from mcd_cli.run.defaults import (
@@ -21,8 +22,11 @@ from mcd_cli.run.plan import (
 )
 from mcd_cli.run.memory import available_memory, check_memory, format_bytes, host_memory, memory_needed
 from mcd_cli.run.validate import check_state_meta, validate, validate_populations
-from mcd_cli.run.start import INIT_STREAM, PILOT_STREAM, SCALE_STREAM, Start, initial_target, pilot_scale, start
+from mcd_cli.pilot import pilot_scale  # re-exported: `run.pilot_scale` is how docs and benchmarks name it
+from mcd_cli.run.start import INIT_STREAM, PILOT_STREAM, SCALE_STREAM, Start, initial_target, start
 from mcd_cli.run.fit import default_interrupt_dir
+# `smc_kernels` stays the module's name here (`run.smc_kernels.smc_kernels(sconf)` the function).
+from mcd_cli.run.smc_kernels import compiled as compiled_smc, run_smc, stationarity_moves
 from mcd_cli.run.estimate import estimate_populations, estimate_smc, smc_settings, stationarity_of
 from mcd_cli.run.execute import execute
 

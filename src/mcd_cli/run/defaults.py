@@ -21,10 +21,9 @@ DEFAULT_SAMPLES = 16_384
 # error that survives the collapse of each population's genealogy (stats.merge_runs).
 DEFAULT_POPULATIONS = 8
 MIN_DEFAULT_POPULATION = 128
-# Small populations carry more of the adaptive choices' bias, which grows with the dimension: on
-# gmm8 at d = 200, 8 populations of 512 came out 0.4 to 3.4 nats high (6 seeds), 8 of 2,048 within
-# 0.5; at d = 50, 8 of 512 were unbiased (docs/benchmarks.md). So the default split keeps at least
-# this many particles per dimension in each population.
+# Small populations carry more of the adaptive choices' bias, which grows with the dimension, so the
+# default split keeps at least this many particles per dimension in each population (docs/method.md,
+# "Several populations"; benchmarks/results/peers.md).
 POPULATION_PER_DIM = 10
 
 
@@ -47,27 +46,22 @@ def population_size(num_samples: int, particles: Optional[int], dim: int = 0) ->
 
 
 def auto_batch_size(platform: Optional[str] = None) -> int:
-    """`--batch-size auto`: 128 on a CPU, 1024 on a GPU or TPU.
+    """`--batch-size auto`: `CPU_BATCH` on a CPU, `ACCELERATOR_BATCH` on a GPU or TPU.
 
-    On a CPU the update's time grows in proportion to the batch, so the paper's 128 is kept. On
-    an accelerator an update at K = 64, batch 128 is bound by kernel launches, not arithmetic
-    (measured on an H200 at d = 200, chunks of 50, unroll 4: batch 1024 costs 2.0× batch 128 for
-    ULA and 2.6× for ULA-MCD, 2.79 → 7.29 ms; benchmarks/results/training_step_gpu_h200*.json),
-    so a batch 8× larger costs far less than 8× the time and gives gradients with 8× less variance. `validate`
-    refuses the run when that batch does not fit in memory (lower it with --batch-size).
+    On a CPU the update's time grows in proportion to the batch, so the paper's batch is kept. On an
+    accelerator a small batch's update is bound by kernel launches, not arithmetic, so a batch 8×
+    larger costs far less than 8× the time and gives gradients with 8× less variance (measured:
+    benchmarks/results/scaling.md). `validate` refuses the run when that batch does not fit in memory.
     """
     platform = platform or jax.devices()[0].platform
     return CPU_BATCH if platform == "cpu" else ACCELERATOR_BATCH
 
 
 def auto_unroll(platform: Optional[str] = None) -> int:
-    """Steps fused per iteration of the annealing scan: 1 on a CPU, 4 on a GPU or TPU.
+    """Steps fused per iteration of the annealing scan: 1 on a CPU, `ACCELERATOR_UNROLL` on a GPU or TPU.
 
-    Measured on an H200 (gmm8, d = 200, K = 64, batch 128, chunks of 50 updates;
-    benchmarks/results/training_step_gpu_h200_unroll.json): unroll 1 / 4 / 8 take the ULA update
-    3.23 / 1.93 / 1.75 ms, ULA-MCD 4.33 / 2.80 / 2.64 ms and UHA-MCD 5.50 / 4.07 / 4.07 ms; 4 gains
-    26–40 %, 8 another 0–9 %, for 3–59 % more compile time. On a CPU unrolling by 4 made the
-    update 13–52 % slower (benchmarks/results/training_step_cpu.json).
+    On an accelerator fusing steps saves kernel launches for some compile time; on a CPU it made the
+    update slower (benchmarks/results/scaling.md, the training-step rows).
     """
     platform = platform or jax.devices()[0].platform
     return 1 if platform == "cpu" else ACCELERATOR_UNROLL

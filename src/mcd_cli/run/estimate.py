@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
 
-from mcd_cli import annealing, smc
+from mcd_cli import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.errors import RunFailed
-from mcd_cli.run.plan import RunPlan, sharded_population
-from mcd_cli.stats import merge_runs, mixing_verdict, population_verdict, smc_estimate, stationarity_verdict, summarize
+from mcd_cli.run.plan import RunPlan, sharded_population, sharded_sizes
+from mcd_cli.run.smc_kernels import compiled as compiled_smc, stationarity_moves
+from mcd_cli.stats import (
+    Estimate, WeightSummary, merge_runs, mixing_verdict, population_verdict, smc_estimate, stationarity_verdict, summarize,
+    summarize_weights,
+)
 
 def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
     """The SMC settings as run, the head of a record's `smc` section."""
@@ -49,7 +53,7 @@ def estimate_smc(
     population = sharded_population(plan)
     if sharding is not None and sharding.mesh.devices.size == 1:
         sharding = None  # one device: the unconstrained program, bit for bit the same
-    compiled = smc.compiled(target, s, population, True, sharding)
+    compiled = compiled_smc(target, s, population, True, sharding)
 
     def importance() -> np.ndarray:
         return annealing.sample_log_weights(
@@ -131,7 +135,7 @@ def estimate_populations(
         merged = mixing_verdict(merged, mixing)
     merged = population_verdict(merged, runs)
     drift = stationarity_of(outputs)
-    extra_moves = None if drift is None else smc.stationarity_moves(s)
+    extra_moves = None if drift is None else stationarity_moves(s)
     if drift is not None:
         merged = stationarity_verdict(merged, *drift, extra_moves)
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
@@ -168,3 +172,47 @@ def estimate_populations(
         except RunFailed:
             diagnostics["log_z_is_status"] = "unreliable"
     return merged, diagnostics
+
+
+class Estimation(NamedTuple):
+    """One repeat's estimate: its statistics and verdict, the SMC diagnostics (the record's `smc`
+    section; None by importance sampling) and the weights' histogram (None for SMC, whose weights are
+    spread over resampled generations)."""
+
+    estimate: Estimate
+    smc: Optional[dict] = None
+    weights: Optional[WeightSummary] = None
+
+
+# `(params, target, key, callback) -> Estimation`: importance sampling and SMC are values of this type.
+Estimator = Callable[[Any, Any, jax.Array, Callable[[int, int], None]], Estimation]
+
+
+def importance_sampling(plan: RunPlan, sharding: Optional[Any] = None) -> Estimator:
+    """Importance sampling of `plan.num_samples` independent trajectories, in chunks of the sharded
+    chunk size (particle `i` keyed `fold_in(key, i)`)."""
+    _, _, chunk_size = sharded_sizes(plan)
+
+    def estimate(params: Any, target: Any, key: jax.Array, callback) -> Estimation:
+        log_w = annealing.sample_log_weights(
+            key, params, target, plan.sconf, plan.num_samples, chunk_size, callback=callback, sharding=sharding
+        )
+        return Estimation(summarize(log_w), None, summarize_weights(log_w))
+
+    return estimate
+
+
+def sequential_monte_carlo(plan: RunPlan, sharding: Optional[Any] = None) -> Estimator:
+    """SMC populations merged (`estimate_smc`), with their diagnostics."""
+
+    def estimate(params: Any, target: Any, key: jax.Array, callback) -> Estimation:
+        est, diagnostics = estimate_smc(plan, target, params, key, callback, sharding=sharding)
+        return Estimation(est, diagnostics)
+
+    return estimate
+
+
+def estimator(plan: RunPlan, sharding: Optional[Any] = None) -> Estimator:
+    """The plan's estimator: SMC when its sampler resamples, refines or tempers adaptively, else
+    importance sampling."""
+    return (sequential_monte_carlo if plan.sconf.smc else importance_sampling)(plan, sharding)

@@ -1,143 +1,106 @@
-"""One run, start to finish: start, fit (or load), estimate, record."""
+"""One run, start to finish: plan → start → fit → estimate → record.
+
+`execute` reads as those steps; what differs between runs is in the values they are handed: the
+`Fit` (training with its checkpoints, a --load file, or nothing to train) and the `Estimator`
+(importance sampling or SMC). Each repeat `r` draws its keys from `fold_in(root, r)`, split into an
+initialisation key and an estimation key.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import jax
 
-from mcd_cli import annealing, checkpoint, devices
+from mcd_cli import checkpoint, devices
 from mcd_cli._version import __version__
-from mcd_cli.errors import Interrupted, RunFailed
+from mcd_cli.config import TrainConfig
+from mcd_cli.errors import RunFailed
 from mcd_cli.record import RunRecord, TargetInfo
-from mcd_cli.run.estimate import estimate_smc
-from mcd_cli.run.fit import save_interrupted, train
-from mcd_cli.run.plan import NoProgress, Progress, RunPlan, device_name, file_meta, root_key, sharded_plan, sharded_sizes
-from mcd_cli.run.start import start
-from mcd_cli.stats import combine_estimates, summarize, summarize_weights
-from mcd_cli.training import make_train_chunk
-
-
-@dataclasses.dataclass
-class _Totals:
-    estimates: list = dataclasses.field(default_factory=list)
-    train_seconds: float = 0.0
-    estimate_seconds: float = 0.0
-    smc: list = dataclasses.field(default_factory=list)
-    skipped: int = 0
-    recoveries: int = 0
-    iterations_run: int = 0
+from mcd_cli.run.estimate import Estimation, Estimator, estimator
+from mcd_cli.run.fit import Fit, Fitted, fitter, saved_on_interrupt, trained_config
+from mcd_cli.run.plan import NoProgress, Progress, RunPlan, device_name, file_meta, root_key, sharded_plan
+from mcd_cli.run.start import Start, start
+from mcd_cli.stats import combine_estimates
 
 
 def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
     """Fits (or loads) and estimates `plan.repeats` times; returns the record.
 
     Raises:
-        Interrupted: Ctrl-C during training (the state was saved).
+        Interrupted: Ctrl-C during training or the estimate that follows it (the state was saved).
         RunFailed: the estimate could not be made (training diverged, no finite weight).
     """
     progress = progress or NoProgress()
-    s, t = plan.sconf, plan.tconf
     layout = devices.particle_layout(plan.devices)
-    _, _, chunk_size = sharded_sizes(plan)
     plan = sharded_plan(plan)
-    t = plan.tconf
-    if s.adaptive:
-        t = dataclasses.replace(t, iterations=0)  # nothing to train: the moves are Metropolis moves
-    begin = start(plan, pilot=plan.load is None and t.iterations > 0)
-    target = begin.target
-    root = root_key(plan.seed, plan.model_index)
-    totals = _Totals()
-    loaded = None
-    if plan.load is not None:
-        template = annealing.init_params(root, target, s)
-        loaded, meta = checkpoint.load_params(plan.load, template)
-        t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
-    update = make_train_chunk(target, s, t, sharding=layout.particles) if loaded is None and t.iterations > 0 else None
-    histories, weights = [], []
-    stop_reasons = []
-    for repeat in range(plan.repeats):
-        key_init, key_estimate = jax.random.split(jax.random.fold_in(root, repeat))
-        result = None
-        if loaded is not None:
-            params = loaded
-        elif s.adaptive:
-            params = annealing.init_params(key_init, target, s)  # only the initial distribution is used
-        else:
-            result, ran = train(plan, target, key_init, repeat, progress, update, begin.step_sizes)
-            params = result.state.params
-            histories.append(result.elbo_history)
-            stop_reasons.append(result.stop_reason)
-            totals.train_seconds += result.seconds
-            totals.skipped += result.skipped
-            totals.recoveries += result.recoveries
-            totals.iterations_run += ran
-            if plan.save is not None and devices.is_primary():
-                checkpoint.save_params(plan.save, params, file_meta(plan))
-        label = "estimating" if plan.repeats == 1 else f"estimating {repeat + 1}/{plan.repeats}"
-        callback = progress.estimation(label, total=plan.num_samples)
-        t0 = time.perf_counter()
-        try:
-            if s.smc:
-                est, diagnostics = estimate_smc(
-                    plan, target, params, key_estimate, callback, sharding=layout.particles
-                )
-                totals.smc.append(diagnostics)
-            else:
-                log_w = annealing.sample_log_weights(
-                    key_estimate, params, target, s, plan.num_samples, chunk_size, callback=callback,
-                    sharding=layout.particles,
-                )
-        except KeyboardInterrupt:
-            if result is None:
-                raise
-            # Interrupted while estimating: keep the finished training, so a resume only estimates.
-            saved, reason = save_interrupted(plan, result.state, repeat)
-            raise Interrupted(saved, result.state.iteration, t.iterations, reason) from None
-        seconds = time.perf_counter() - t0
-        est = dataclasses.replace(est, seconds=seconds) if s.smc else summarize(log_w, seconds=seconds)
-        totals.estimate_seconds += seconds
-        if not math.isfinite(est.log_z):
-            raise RunFailed(
-                f"the log Z estimate is {est.log_z}: the weights are degenerate; train longer, use "
-                "more steps, or check the target with `mcd check`"
-            )
-        totals.estimates.append(est)
-        if not s.smc:  # SMC's weights are spread over resampled generations: no one histogram
-            weights.append(summarize_weights(log_w))
+    begin = start(plan, pilot=plan.load is None and trained_config(plan).iterations > 0)
+    fit, tconf = fitter(plan, begin.target, begin.step_sizes, layout.particles)
+    estimate = estimator(plan, layout.particles)
+    repeats = [one_repeat(plan, begin.target, fit, estimate, r, progress) for r in range(plan.repeats)]
+    return run_record(plan, begin, tconf, repeats, layout.count)
+
+
+def one_repeat(plan: RunPlan, target: Any, fit: Fit, estimate: Estimator, repeat: int, progress: Progress):
+    """Repeat `repeat`: fit (and --save), then estimate; `(Fitted, Estimation, seconds)`."""
+    key_init, key_estimate = jax.random.split(jax.random.fold_in(root_key(plan.seed, plan.model_index), repeat))
+    fitted = fit(key_init, repeat, progress)
+    if fitted.state is not None and plan.save is not None and devices.is_primary():
+        checkpoint.save_params(plan.save, fitted.params, file_meta(plan))
+    label = "estimating" if plan.repeats == 1 else f"estimating {repeat + 1}/{plan.repeats}"
+    callback = progress.estimation(label, total=plan.num_samples)
+    t0 = time.perf_counter()
+    with saved_on_interrupt(plan, repeat, fitted.state, plan.tconf.iterations):
+        result = estimate(fitted.params, target, key_estimate, callback)
+    seconds = time.perf_counter() - t0
+    if not math.isfinite(result.estimate.log_z):
+        raise RunFailed(
+            f"the log Z estimate is {result.estimate.log_z}: the weights are degenerate; train longer, use "
+            "more steps, or check the target with `mcd check`"
+        )
+    result = result._replace(estimate=dataclasses.replace(result.estimate, seconds=seconds))
+    return fitted, result, seconds
+
+
+def run_record(
+    plan: RunPlan, begin: Start, tconf: TrainConfig, repeats: Sequence[tuple[Fitted, Estimation, float]], count: int
+) -> RunRecord:
+    """The record of a run from its start and its repeats."""
+    trained = [f for f, _, _ in repeats if f.state is not None]
+    estimations = [e for _, e, _ in repeats]
     return RunRecord(
-        target=TargetInfo.of(target, plan.target_spec, plan.target_text, plan.target_args, plan.target_model, plan.target_data),
-        sampler=s,
-        training=t,
-        combined=combine_estimates(totals.estimates),
+        target=TargetInfo.of(
+            begin.target, plan.target_spec, plan.target_text, plan.target_args, plan.target_model, plan.target_data
+        ),
+        sampler=plan.sconf,
+        training=tconf,
+        combined=combine_estimates([e.estimate for e in estimations]),
         seed=plan.seed,
         num_samples=plan.num_samples,
         repeats=plan.repeats,
         x64=plan.x64,
-        iterations_run=totals.iterations_run,
-        skipped_steps=totals.skipped,
-        recoveries=totals.recoveries,
-        train_seconds=totals.train_seconds,
-        estimate_seconds=totals.estimate_seconds,
+        iterations_run=sum(f.iterations_run for f in trained),
+        skipped_steps=sum(f.skipped for f in trained),
+        recoveries=sum(f.recoveries for f in trained),
+        train_seconds=sum(f.seconds for f in trained),
+        estimate_seconds=sum(s for _, _, s in repeats),
         device=device_name(),
-        devices=layout.count,
+        devices=count,
         processes=devices.process_count(),
         version=__version__,
         loaded_from=str(plan.load) if plan.load is not None else None,
-        elbo_history=tuple(histories),
+        elbo_history=tuple(f.history for f in trained),
         init_warnings=begin.warnings,
         init_method=begin.method,
         start_seconds=begin.seconds,
         initial_step_sizes=None if begin.step_sizes is None else tuple(float(v) for v in begin.step_sizes),
         initial_step_scale=begin.step_scale,
-        stop_reasons=tuple(stop_reasons),
+        stop_reasons=tuple(f.stop_reason for f in trained),
         model_index=plan.model_index,
-        weights=tuple(weights),
-        smc=tuple(totals.smc),
+        weights=tuple(e.weights for e in estimations if e.weights is not None),
+        smc=tuple(e.smc for e in estimations if e.smc is not None),
         particles=plan.particles,
     )
-
-

@@ -1,16 +1,45 @@
-"""Training inside a run: the checkpointed fit of one repeat, and saving on Ctrl-C."""
+"""The fit of a run: trained parameters for each repeat, from training, a --save file, or none.
+
+`fitter(plan, target, step_sizes, sharding)` returns the `Fit` of the plan — a function
+`(key, repeat, progress) -> Fitted` — and the training settings as run. Checkpointing is a wrapper
+around training, not part of it: `Checkpoints` resumes a state and saves one every
+`checkpoint_every` iterations; `saved_on_interrupt` turns Ctrl-C (or SIGTERM) into `Interrupted`
+after saving the last consistent training state, during training or during the estimate that
+follows it (so a resume only estimates).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 import jax
+import numpy as np
 
-from mcd_cli import checkpoint, devices
+from mcd_cli import annealing, checkpoint, devices
+from mcd_cli.config import TrainConfig
 from mcd_cli.errors import Interrupted
-from mcd_cli.run.plan import Progress, RunPlan, file_meta
-from mcd_cli.training import TrainingInterrupted, fit, init_train_state
+from mcd_cli.run.plan import Progress, RunPlan, file_meta, root_key
+from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
+
+
+class Fitted(NamedTuple):
+    """The parameters of one repeat and how they were obtained."""
+
+    params: Any
+    state: Any = None  # the final TrainState (None when nothing was trained)
+    history: Optional[np.ndarray] = None  # the training ELBO of every iteration run
+    stop_reason: Optional[str] = None
+    seconds: float = 0.0
+    skipped: int = 0
+    recoveries: int = 0
+    iterations_run: int = 0
+
+
+Fit = Callable[[jax.Array, int, Progress], Fitted]
+
 
 def default_interrupt_dir(plan: RunPlan) -> Path:
     """Where Ctrl-C saves training when no --checkpoint directory was given."""
@@ -18,49 +47,95 @@ def default_interrupt_dir(plan: RunPlan) -> Path:
 
 
 def save_interrupted(plan: RunPlan, state: Any, repeat: int) -> tuple[Optional[Path], str]:
+    """Saves `state` where a resume finds it: `(directory, "")`, or `(None, why not)`."""
     directory = plan.checkpoint_dir or default_interrupt_dir(plan)
     if not devices.is_primary():
         return Path(directory), ""
     try:
         checkpoint.ensure_directory(directory, "checkpoint directory")
-        path = plan.state_path(repeat, directory)
-        checkpoint.save_state(path, state, {**file_meta(plan), "repeat": repeat})
+        checkpoint.save_state(plan.state_path(repeat, directory), state, {**file_meta(plan), "repeat": repeat})
         return Path(directory), ""
     except (OSError, checkpoint.CheckpointError) as err:
         return None, str(err)
 
 
-def train(plan: RunPlan, target: Any, key: jax.Array, repeat: int, progress: Progress, update, step_sizes):
-    s, t = plan.sconf, plan.tconf
-    state = init_train_state(key, target, s, t, step_sizes=step_sizes)
-    path = plan.state_path(repeat) if plan.checkpoint_dir is not None else None
-    if path is not None and plan.resume and path.exists():
-        state, _ = checkpoint.load_state(path, state)
-    meta = {**file_meta(plan), "repeat": repeat} if path is not None else None
-
-    def save_checkpoint(st):
-        if devices.is_primary():
-            checkpoint.save_state(path, st, meta)
-
-    on_checkpoint = save_checkpoint if path is not None else None
-
-    label = "training" if plan.repeats == 1 else f"training {repeat + 1}/{plan.repeats}"
-    callback = progress.training(label, total=t.iterations, start=state.iteration)
-    start = state.iteration
+@contextlib.contextmanager
+def saved_on_interrupt(plan: RunPlan, repeat: int, state: Any = None, total: int = 0) -> Iterator[None]:
+    """Ctrl-C inside the block raises `Interrupted` after saving the training state: the one
+    `TrainingInterrupted` carries, else `state` (None: nothing trained, plain KeyboardInterrupt)."""
     try:
-        result = fit(
-            state,
-            target,
-            s,
-            t,
-            callback=callback,
-            checkpoint_every=plan.checkpoint_every if path is not None else 0,
-            on_checkpoint=on_checkpoint,
-            update=update,
-        )
+        yield
     except TrainingInterrupted as interrupted:
         saved, reason = save_interrupted(plan, interrupted.state, repeat)
-        raise Interrupted(saved, interrupted.state.iteration, t.iterations, reason) from None
-    return result, result.state.iteration - start
+        raise Interrupted(saved, interrupted.state.iteration, total, reason) from None
+    except KeyboardInterrupt:
+        if state is None:
+            raise
+        saved, reason = save_interrupted(plan, state, repeat)
+        raise Interrupted(saved, state.iteration, total, reason) from None
 
 
+@dataclasses.dataclass(frozen=True)
+class Checkpoints:
+    """The checkpoint of one repeat's training under --checkpoint DIR (no-ops without one)."""
+
+    path: Optional[Path]
+    every: int
+    meta: Optional[dict]
+
+    @classmethod
+    def of(cls, plan: RunPlan, repeat: int) -> "Checkpoints":
+        if plan.checkpoint_dir is None:
+            return cls(None, 0, None)
+        return cls(plan.state_path(repeat), plan.checkpoint_every, {**file_meta(plan), "repeat": repeat})
+
+    def resume(self, state: Any, resume: bool) -> Any:
+        """The saved state when resuming and one exists, else `state`."""
+        if self.path is not None and resume and self.path.exists():
+            state, _ = checkpoint.load_state(self.path, state)
+        return state
+
+    def save(self, state: Any) -> None:
+        if devices.is_primary():
+            checkpoint.save_state(self.path, state, self.meta)
+
+    @property
+    def on_checkpoint(self) -> Optional[Callable[[Any], None]]:
+        return self.save if self.path is not None else None
+
+
+def trained_config(plan: RunPlan) -> TrainConfig:
+    """The training settings as run: adaptive tempering trains nothing (its moves are Metropolis moves)."""
+    return dataclasses.replace(plan.tconf, iterations=0) if plan.sconf.adaptive else plan.tconf
+
+
+def fitter(plan: RunPlan, target: Any, step_sizes: Any, sharding: Any = None) -> tuple[Fit, TrainConfig]:
+    """The plan's fit and its training settings as run: the parameters of a --load file (the same for
+    every repeat; the file's iteration count), the initial parameters (adaptive tempering), or training."""
+    s, t = plan.sconf, trained_config(plan)
+    if plan.load is not None:
+        template = annealing.init_params(root_key(plan.seed, plan.model_index), target, s)
+        loaded, meta = checkpoint.load_params(plan.load, template)
+        t = dataclasses.replace(t, iterations=int(meta.get("train_config", {}).get("iterations", 0)))
+        return (lambda key, repeat, progress: Fitted(loaded)), t
+    if s.adaptive:  # only the initial distribution of the parameters is used
+        return (lambda key, repeat, progress: Fitted(annealing.init_params(key, target, s))), t
+    update = make_train_chunk(target, s, t, sharding=sharding) if t.iterations > 0 else None
+
+    def train(key: jax.Array, repeat: int, progress: Progress) -> Fitted:
+        saver = Checkpoints.of(plan, repeat)
+        state = saver.resume(init_train_state(key, target, s, t, step_sizes=step_sizes), plan.resume)
+        label = "training" if plan.repeats == 1 else f"training {repeat + 1}/{plan.repeats}"
+        callback = progress.training(label, total=t.iterations, start=state.iteration)
+        first = state.iteration
+        with saved_on_interrupt(plan, repeat, total=t.iterations):
+            result = fit(
+                state, target, s, t, callback=callback, checkpoint_every=saver.every,
+                on_checkpoint=saver.on_checkpoint, update=update,
+            )
+        return Fitted(
+            result.state.params, result.state, result.elbo_history, result.stop_reason, result.seconds,
+            result.skipped, result.recoveries, result.state.iteration - first,
+        )
+
+    return train, t

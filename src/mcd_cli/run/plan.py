@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Protocol
 
 import jax
 
-from mcd_cli import checkpoint, devices
+from mcd_cli import checkpoint, devices, messages
 from mcd_cli._version import __version__
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import UsageError
@@ -158,7 +158,7 @@ def plan_warnings(plan: RunPlan) -> list[str]:
             ] + rounding_notes(plan)
         return rounding_notes(plan)
     est = registry.estimator(plan.sconf.sampler, plan.sconf.backward)
-    return list(est.backward.warnings(plan.target.dim, plan.sconf)) + rounding_notes(plan)
+    return messages.texts(est.backward.warnings(plan.target.dim, plan.sconf)) + rounding_notes(plan)
 
 
 def sharded_sizes(plan: RunPlan) -> tuple[int, int, int]:

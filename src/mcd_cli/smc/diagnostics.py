@@ -1,0 +1,94 @@
+"""What the moves did: how much they changed the population (`move_correlation`) and whether the
+final population is at equilibrium (`stationarity`). Neither changes the estimate.
+
+Example:
+    >>> stationarity_moves(1), stationarity_moves(15)
+    (20, 75)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+
+from mcd_cli.kernels.base import AnnealedPath, RefineKernel
+from mcd_cli.smc import adaptation
+from mcd_cli.smc.sharding import replicate
+from mcd_cli.smc.state import Population, Settings, normalised
+
+# Moves made at β = 1 after the run, only to test whether the final population is at equilibrium:
+# STATIONARITY_MOVES, or STATIONARITY_TEMPERATURES temperatures' worth of the run's own moves when
+# that is more (`stationarity_moves`).
+STATIONARITY_MOVES = 20
+STATIONARITY_TEMPERATURES = 5
+
+
+def move_correlation(before: jax.Array, after: jax.Array, log_w: jax.Array) -> jax.Array:
+    """How little the moves changed the population: the weighted correlation, across particles,
+    between each coordinate before and after the moves, averaged over coordinates. 0 when the moves
+    give fresh draws from γ_k; near 1 when the particles hardly move, and the population then keeps
+    whatever the reweightings made of it. A particle's position is its whole state for the
+    refinement, and its coordinates' correlations are scale free.
+
+    Example:
+        >>> x = jax.random.normal(jax.random.key(0), (1000, 3))
+        >>> float(move_correlation(x, x, jnp.zeros(1000)))
+        1.0
+    """
+    w = normalised(log_w)[:, None]
+    a = before - jnp.sum(w * before, axis=0)
+    b = after - jnp.sum(w * after, axis=0)
+    cov = jnp.sum(w * a * b, axis=0)
+    scale = jnp.sqrt(jnp.sum(w * a * a, axis=0) * jnp.sum(w * b * b, axis=0))
+    return jnp.mean(jnp.where(scale > 0, cov / jnp.where(scale > 0, scale, 1.0), 1.0))
+
+
+def stationarity_moves(refine_steps: int) -> int:
+    """Extra moves of the stationarity test for a run of `refine_steps` moves per refinement:
+    `max(20, 5 · refine_steps)`.
+
+    20 moves tell a population off equilibrium from one at it when each temperature made one to
+    five moves. A run that makes many per temperature (adaptive tempering's default) has already
+    made as many at each step, so a drift they did not remove needs more to show: five
+    temperatures' worth (docs/method.md, "Stationarity of the final population").
+    """
+    return max(STATIONARITY_MOVES, STATIONARITY_TEMPERATURES * refine_steps)
+
+
+def stationarity(
+    pop: Population,
+    key: jax.Array,
+    kernel: RefineKernel,
+    path: AnnealedPath,
+    evaluate: Callable,
+    settings: Settings,
+    sharding: Optional[NamedSharding] = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Is the final population at equilibrium? `(m, z)`: the weighted mean change `m` of log γ(x)
+    over `stationarity_moves(settings.refine_steps)` refinement moves at β = 1, and `z = m / se(m)`.
+
+    A γ-invariant kernel leaves E_γ[log γ(x)] unchanged, so a population that represents γ shows
+    no drift beyond noise. One that the moves have not mixed (a funnel's neck never entered, a
+    heavy tail never reached, modes reweighted but never visited) drifts as the extra moves carry
+    it towards γ: its estimate carries a bias that neither the genealogy nor the spread of
+    populations sees (each population is biased alike). The extra moves change nothing else:
+    log Ẑ, the weights and the genealogy are those of the run.
+    `se = sqrt(Σ w_i² (Δ_i − m)²)` treats the particles as independent; duplicates from the last
+    resampling could make it somewhat small; runs that were right and exact draws stay well below
+    `stats.STATIONARITY_WARN` (docs/method.md).
+    """
+    extra = settings._replace(refine_steps=stationarity_moves(settings.refine_steps))
+    one = jnp.ones((), pop.log_w.dtype)
+    moved, _, _ = adaptation.refine_population(pop, key, one, kernel, path, evaluate, extra, True, sharding)
+    delta = replicate(moved.states.log_target - pop.states.log_target, sharding)
+    w = normalised(pop.log_w)
+    finite = jnp.isfinite(delta) & (w > 0)
+    delta = jnp.where(finite, delta, 0.0)
+    w = jnp.where(finite, w, 0.0)
+    w = w / jnp.maximum(jnp.sum(w), jnp.finfo(w.dtype).tiny)
+    m = jnp.sum(w * delta)
+    se = jnp.sqrt(jnp.sum(w * w * (delta - m) ** 2))
+    return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0)

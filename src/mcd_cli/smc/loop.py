@@ -1,0 +1,150 @@
+"""The population sampler's loops: `lax.scan` over a fixed schedule, `lax.while_loop` until
+adaptive tempering reaches β = 1; then the stationarity test of the final population.
+
+Keys: the run's key splits into (initial particles, steps); step k of a fixed schedule uses the
+k-th of K keys split from the steps' key, an adaptive step `fold_in(steps' key, k)`, and the
+stationarity test `fold_in(steps' key, K + 1)` (`max_steps + 1` when adaptive).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+
+from mcd_cli.kernels.base import AnnealedPath, RefineKernel
+from mcd_cli.smc import adaptation, step, tempering
+from mcd_cli.smc.diagnostics import stationarity
+from mcd_cli.smc.sharding import replicate, shard
+from mcd_cli.smc.state import Kernels, Population, Settings, SMCOutput, Trace
+from mcd_cli.targets.base import Target
+
+
+def initial_population(
+    key: jax.Array,
+    path: AnnealedPath,
+    evaluate: Callable,
+    num: int,
+    init_state: Callable,
+    refine_kernel: Optional[RefineKernel],
+    dim: int,
+    sharding: Optional[NamedSharding] = None,
+) -> Population:
+    """`num` particles drawn from π0 (key `i` of `split(key, num)` for particle i), their states
+    from `init_state(keys, x0, log γ(x0), ∇log γ(x0)) -> (states, log w_0)`, each its own Eve."""
+    keys = shard(jax.random.split(key, num), sharding)
+    x0 = jax.vmap(path.sample_initial)(keys)
+    log_target0, target_grad0 = jax.vmap(evaluate)(x0)
+    states, log_w0 = init_state(keys, x0, log_target0, target_grad0)
+    dtype = log_w0.dtype
+    return Population(
+        states=shard(states, sharding),
+        log_w=replicate(log_w0, sharding),
+        log_z=jnp.zeros((), dtype),
+        eve=replicate(jnp.arange(num, dtype=jnp.int32), sharding),
+        resamplings=jnp.zeros((), jnp.int32),
+        refine=adaptation.initial_refine_params(refine_kernel, dim, dtype),
+    )
+
+
+def run(
+    key: jax.Array,
+    params: Any,
+    path: AnnealedPath,
+    target: Target,
+    num: int,
+    kernels: Kernels,
+    settings: Settings,
+    adapt: bool = True,
+    context: Optional[jax.Array] = None,
+    sharding: Optional[NamedSharding] = None,
+) -> SMCOutput:
+    """One SMC run of `num` particles on a fixed schedule, or adaptive (`settings.adaptive`).
+
+    Args:
+        key: PRNG key of the run.
+        params: the sampler's parameters (`annealing.SamplerParams`: its `forward` and `backward`
+            kernels' are used on a fixed schedule; ignored when adaptive).
+        path: the annealed path (`annealing.annealed_path`): β and δ of a fixed schedule, and π0.
+        target: the target.
+        num: particles N.
+        kernels: forward, backward (None when adaptive), refinement (None: no moves; needed when
+            adaptive) and resampling.
+        settings: the sampler's numbers.
+        adapt: adapt the refinement's step size and preconditioner from the particles (off: the
+            kernels are fixed, and Ẑ is exactly unbiased on a fixed schedule).
+        context: a datum's features for an amortised score network (`amortised`), handed to the
+            backward kernel with every transition; None for an unconditional sampler.
+        sharding: the particle axis split over a mesh of devices (`devices.Layout.particles`; `num`
+            a multiple of its device count), with global resampling; None: no constraint.
+    """
+    if settings.adaptive:
+        return run_adaptive(key, path, target, num, kernels, settings, adapt, sharding)
+    return run_fixed(key, params, path, target, num, kernels, settings, adapt, context, sharding)
+
+
+def run_fixed(
+    key, params, path, target, num, kernels: Kernels, settings: Settings, adapt, context=None, sharding=None
+) -> SMCOutput:
+    """`run` on the fixed schedule of `path`: K steps of `step.build_kernel` under `lax.scan`."""
+    forward = kernels.forward
+    resolved = forward.prepare(params.forward, target.dim)
+    evaluate = jax.value_and_grad(target.log_density)
+    key_init, key_steps = jax.random.split(key)
+    init_state = step.build_init(forward, resolved, path)
+    pop = initial_population(key_init, path, evaluate, num, init_state, kernels.refine, target.dim, sharding)
+    refine = None
+    if kernels.refine is not None:
+        refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt, sharding)
+    one_step = step.build_kernel(
+        forward, kernels.backward, refine, kernels.resample, path, resolved, params.backward, evaluate,
+        settings, context, sharding,
+    )
+    steps = path.step_sizes.shape[0]
+    inputs = (
+        jnp.arange(1, steps + 1),
+        path.step_sizes,
+        path.betas[:-1],
+        path.betas[1:],
+        jax.random.split(key_steps, steps),
+    )
+    pop, trace = jax.lax.scan(lambda p, xs: one_step(xs[-1], p, *xs[:-1]), pop, inputs)
+    drift = None
+    if kernels.refine is not None:
+        drift = stationarity(
+            pop, jax.random.fold_in(key_steps, steps + 1), kernels.refine, path, evaluate, settings, sharding
+        )
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, jnp.asarray(steps, jnp.int32), trace, drift)
+
+
+def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, adapt, sharding=None) -> SMCOutput:
+    """`run` with adaptive tempering: `tempering.build_kernel` steps under `lax.while_loop` until
+    β = 1 or `settings.max_steps`, the trace written into arrays of that length."""
+    evaluate = jax.value_and_grad(target.log_density)
+    key_init, key_steps = jax.random.split(key)
+    pop = initial_population(key_init, path, evaluate, num, tempering.init_state, kernels.refine, target.dim, sharding)
+    cap = settings.max_steps
+    dtype = pop.log_w.dtype
+    nan = jnp.full((cap,), jnp.nan, dtype)
+    trace = Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan, nan)
+    refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt, sharding)
+    one_step = tempering.build_kernel(refine, kernels.resample, path, settings, sharding)
+
+    def cond(carry):
+        _, beta, k, _ = carry
+        return (beta < 1.0) & (k < cap)
+
+    def body(carry):
+        pop, beta, k, trace = carry
+        pop, info = one_step(jax.random.fold_in(key_steps, k), pop, beta)
+        trace = jax.tree.map(lambda t, v: t.at[k].set(v), trace, info)
+        return pop, info.beta, k + 1, trace
+
+    carry = (pop, jnp.zeros((), dtype), jnp.zeros((), jnp.int32), trace)
+    pop, beta, steps, trace = jax.lax.while_loop(cond, body, carry)
+    drift = stationarity(
+        pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
+    )
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift)

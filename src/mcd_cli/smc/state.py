@@ -1,0 +1,130 @@
+"""The values the population sampler passes around: its inputs (kernels, settings), the population
+between steps, one step's diagnostics and a run's output; and the arithmetic of its weights.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> log_w = jnp.array([0.0, 0.0, jnp.nan])
+    >>> normalised(log_w).tolist(), round(float(ess_fraction(log_w)), 4)
+    ([0.5, 0.5, 0.0], 0.6667)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from mcd_cli.kernels.base import BackwardKernel, ForwardKernel, RefineKernel, RefineParams
+
+# `(key, normalised weights, num) -> ancestor indices` (`mcd_cli.resampling`).
+Resampler = Callable[[jax.Array, jax.Array, int], jax.Array]
+
+
+class Kernels(NamedTuple):
+    """What moves and selects the particles, as values.
+
+    Attributes:
+        forward: the forward kernel of a fixed schedule (None with adaptive tempering, whose moves
+            are the refinement kernel's).
+        backward: the backward kernel scoring the forward kernel's transitions (None likewise).
+        refine: the Metropolis-corrected move run on the population (None: no refinement).
+        resample: the resampling function.
+    """
+
+    forward: Optional[ForwardKernel]
+    backward: Optional[BackwardKernel]
+    refine: Optional[RefineKernel]
+    resample: Resampler
+
+
+class Settings(NamedTuple):
+    """The sampler's numbers (hashable, so static under `jax.jit`).
+
+    Attributes:
+        resample: resample when ESS/N falls below this fraction (0: never).
+        refine_steps: refinement moves per refinement.
+        leapfrog: leapfrog steps per HMC move.
+        refine_every_step: refine after every step (else after each resampling); adaptive
+            tempering refines after every step whatever this says.
+        adaptive: adaptive tempering (β chosen from the particles) instead of the fixed schedule.
+        target_ess: adaptive tempering: the conditional ESS/N each step's β aims at.
+        max_steps: adaptive tempering: the most steps (the trace's length).
+    """
+
+    resample: float
+    refine_steps: int
+    leapfrog: int
+    refine_every_step: bool
+    adaptive: bool
+    target_ess: float
+    max_steps: int
+
+
+class Population(NamedTuple):
+    """The particle system between steps.
+
+    Attributes:
+        states: the kernel states, batched over particles (leading axis N).
+        log_w: log weights since the last resampling, (N,).
+        log_z: the log Ẑ accumulated at the resamplings so far.
+        eve: each particle's time-0 ancestor, (N,) int32.
+        resamplings: how many times the population was resampled.
+        refine: the refinement kernel's step size and preconditioner.
+    """
+
+    states: Any
+    log_w: jax.Array
+    log_z: jax.Array
+    eve: jax.Array
+    resamplings: jax.Array
+    refine: RefineParams
+
+
+class StepInfo(NamedTuple):
+    """One step's diagnostics; stacked over steps they are a run's `Trace` (K steps for a fixed
+    schedule, `max_steps` when adaptive, of which `SMCOutput.steps` are used)."""
+
+    beta: jax.Array  # β_k after step k
+    ess: jax.Array  # ESS / N after the reweighting, before any resampling
+    resampled: jax.Array  # whether the population was resampled after step k
+    acceptance: jax.Array  # mean acceptance of the refinement moves (NaN: none made)
+    step_size: jax.Array  # the refinement step size used (NaN: none made)
+    # adaptive: mean over coordinates of the particles' correlation across the step's moves
+    # (`move_correlation`; NaN: none made); None on a fixed schedule
+    correlation: Any = None
+
+
+Trace = StepInfo  # a StepInfo whose fields are arrays over steps
+
+
+class SMCOutput(NamedTuple):
+    """One SMC run: `log Ẑ = log_z + logsumexp(log_w) − log N`, and what its error needs."""
+
+    log_z: jax.Array  # accumulated at the resamplings
+    log_w: jax.Array  # final log weights since the last resampling, (N,)
+    eve: jax.Array  # final particles' time-0 ancestors, (N,)
+    resamplings: jax.Array
+    steps: jax.Array  # steps taken (K; adaptive: the outcome)
+    trace: Trace
+    # `stationarity`: (mean change of log γ over `stationarity_moves` extra moves at β = 1, its z
+    # score); None without refinement moves
+    drift: Any = None
+
+
+def normalised(log_w: jax.Array) -> jax.Array:
+    """Normalised weights `W = softmax(log w)`, NaN weights set to zero."""
+    log_w = jnp.where(jnp.isnan(log_w), -jnp.inf, log_w)
+    return jax.nn.softmax(log_w)
+
+
+def ess_fraction(log_w: jax.Array) -> jax.Array:
+    """`ESS / N = (Σ w)² / (N Σ w²)`, in log space (NaN weights count as zero)."""
+    log_w = jnp.where(jnp.isnan(log_w), -jnp.inf, log_w)
+    return jnp.exp(2.0 * logsumexp(log_w) - logsumexp(2.0 * log_w)) / log_w.shape[0]
+
+
+def take(tree: Any, idx: jax.Array) -> Any:
+    """The particles `idx` of every leaf of `tree` (leading axis N)."""
+    return jax.tree.map(lambda a: a[idx], tree)

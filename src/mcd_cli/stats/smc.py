@@ -1,0 +1,296 @@
+"""log Z from SMC: one run's genealogy standard error, merging populations, and the verdicts that
+only SMC has (the mixing of the moves, the stationarity of the final population, the number of
+populations).
+
+Example:
+    >>> e = smc_estimate(0.0, np.zeros(100), np.zeros(100, dtype=int), 5)
+    >>> e.status.value, [r.code for r in e.reasons]
+    ('unreliable', ['genealogy_collapsed'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from mcd_cli.stats.importance import ESS_MIN, Estimate, Status, summarize, worst
+from mcd_cli.stats.reasons import Reason, scoped
+from mcd_cli.stats.repeats import STDERR_DISAGREE_Z
+
+# Independent SMC populations are replicates of the estimator: from this many on, the spread of
+# their Ẑ is a standard error (the genealogy one collapses in long runs, and is biased low near
+# collapse: measured at d = 200 in docs/method.md).
+MIN_POPULATIONS = 4
+# A relative standard error of Ẑ above this makes the delta method's log-scale SE meaningless. The
+# spread of J populations reaches 1 when one of them carries all of Ẑ, and 0.65 when two of eight
+# share it: above 0.5, too few populations carry the estimate.
+MAX_RELATIVE_STDERR = 0.5
+
+# Adaptive tempering has no forward kernel: its refinement moves alone carry the population from
+# one β to the next. `smc.move_correlation` measures how much of each coordinate's spread the moves
+# leave in place (0: fresh draws, 1: no movement). When the median over the steps is high, the
+# population still mirrors the initial distribution and the reweightings, and the estimate can be
+# off by far more than any standard error sees (every population is biased alike, so their spread
+# stays small). Measured in docs/method.md, "Mixing of the moves": runs that were right stayed far
+# below MIXING_WARN, and a run far off (the bundled logistic regression from N(0, I)) far above
+# MIXING_BAD.
+MIXING_WARN = 0.3
+MIXING_BAD = 0.6
+
+# The stationarity test of the final SMC population (`smc.stationarity`): the z score of the drift
+# of log γ under extra moves at β = 1. Above STATIONARITY_WARN the population was not at
+# equilibrium and the estimate carries a bias its standard error cannot see (docs/method.md,
+# "Stationarity of the final population").
+STATIONARITY_WARN = 3.0
+
+
+def genealogy_relative_variance(log_w: np.ndarray, eve: np.ndarray, resamplings: int) -> tuple[float, float]:
+    """Lee & Whiteley's (2018) estimate of `Var(Ẑ)/Z²` from one SMC run, and the effective number
+    of time-0 ancestors it rests on.
+
+    With `W_i` the final normalised weights, `E_i` each final particle's time-0 ancestor (its Eve
+    index), `S_m = Σ_{i: E_i = m} W_i` and `R` resamplings,
+
+        V̂ / Ẑ² = 1 − (N / (N − 1))^{R+1} · (1 − Σ_m S_m²).
+
+    Without resampling (`R = 0`, `E_i = i`) this is `(N/ESS − 1)/(N − 1)`: the unbiased sample
+    variance of the weights over `N Ŵ²`, i.e. the importance-sampling formula (the delta-method
+    SE squared times `N/(N − 1)`). The second value, `1/Σ_m S_m²`, is the effective number of
+    distinct Eve lineages: when it is small the genealogy has collapsed and the estimate is
+    useless (Olsson & Douc 2019).
+
+    Example:
+        >>> v, lineages = genealogy_relative_variance(np.zeros(4), np.arange(4), 0)
+        >>> v, lineages
+        (0.0, 4.0)
+    """
+    lw = np.asarray(log_w, dtype=np.float64)
+    lw = np.where(np.isnan(lw), -np.inf, lw)
+    n = lw.size
+    w = np.exp(lw - np.max(lw))
+    w = w / w.sum()
+    s = np.bincount(np.asarray(eve, dtype=np.int64), weights=w, minlength=n)
+    sum_sq = float(np.sum(s * s))
+    factor = math.exp((resamplings + 1) * (math.log(n) - math.log(n - 1)))
+    return 1.0 - factor * (1.0 - sum_sq), 1.0 / sum_sq
+
+
+def smc_estimate(
+    log_z_resampled: float,
+    log_w: np.ndarray,
+    eve: np.ndarray,
+    resamplings: int,
+    seconds: float = 0.0,
+    multinomial: bool = True,
+) -> Estimate:
+    """The estimate of one SMC run: `log Ẑ = log_z_resampled + logsumexp(log w) − log N`, the
+    verdict of its final weights (`summarize`), and the genealogy standard error.
+
+    `log_z_stderr = sqrt(V̂/Ẑ²)` (`genealogy_relative_variance`; the delta method on the relative
+    variance), method `"smc-genealogy"`. None (method `"none"`) when the verdict of the final
+    weights is unreliable, when fewer than `ESS_MIN` effective Eve lineages are left (a collapsed
+    genealogy), or when the estimate is negative; also None, with a warning, when the run resampled
+    with a scheme other than multinomial (`multinomial=False`), for which the estimate is biased
+    low (lineages coalesce less; measured in docs/method.md). `delta_stderr` holds the genealogy value whatever
+    the verdict, and its uncertainty `se / sqrt(2 L)` with `L` the effective lineages: the
+    variance is an average over about `L` independent lineage groups.
+
+    Example:
+        >>> e = smc_estimate(0.0, np.zeros(100), np.arange(100), 0)
+        >>> e.log_z, e.log_z_stderr, e.log_z_stderr_method
+        (0.0, 0.0, 'smc-genealogy')
+    """
+    final = summarize(log_w, seconds=seconds)
+    relvar, lineages = genealogy_relative_variance(log_w, eve, resamplings)
+    # A difference of sums: rounding can leave a true zero slightly below it.
+    relvar = 0.0 if -1e-9 <= relvar < 0.0 else relvar
+    se = math.sqrt(relvar) if relvar >= 0.0 else math.nan
+    reasons = list(final.reasons)
+    status = final.status
+    if lineages < ESS_MIN:
+        reasons.append(Reason("genealogy_collapsed", {"lineages": lineages}))
+        status = Status.UNRELIABLE
+    elif not math.isfinite(se):
+        reasons.append(Reason("genealogy_negative", {}))
+        status = Status.UNRELIABLE
+    valid = status is not Status.UNRELIABLE
+    if valid and resamplings > 0 and not multinomial:
+        reasons.append(Reason("no_single_run_stderr", {}))
+        status = worst([status, Status.WARN])
+        valid = False
+    return dataclasses.replace(
+        final,
+        log_z=float(log_z_resampled) + final.log_z,
+        log_z_stderr=se if valid else None,
+        log_z_stderr_method="smc-genealogy" if valid else "none",
+        delta_stderr=se,
+        delta_stderr_uncertainty=se / math.sqrt(2.0 * lineages) if math.isfinite(se) else math.nan,
+        elbo=float(log_z_resampled) + final.elbo,
+        status=status,
+        reasons=tuple(reasons),
+        weights_status=final.status,
+    )
+
+
+def population_spread(log_z: np.ndarray) -> tuple[float, float]:
+    """The standard error of `log mean_j Ẑ_j` from the spread of J independent runs' Ẑ_j, and its
+    own uncertainty: `se = sd_j(Ẑ_j / Ẑ̄) / √J` (delta method), `u = se / √(2 (J − 1))`.
+
+    Example:
+        >>> se, u = population_spread(np.log([1.0, 1.0, 1.0, 1.0]))
+        >>> se, u
+        (0.0, 0.0)
+    """
+    log_z = np.asarray(log_z, np.float64)
+    j = log_z.size
+    rel = np.exp(log_z - np.max(log_z))
+    rel = rel / rel.mean()
+    se = float(np.std(rel, ddof=1) / math.sqrt(j))
+    return se, se / math.sqrt(2.0 * (j - 1))
+
+
+def _population_reasons(estimates: Sequence[Estimate], drop: frozenset = frozenset()) -> list[Reason]:
+    """Every run's reasons, scoped to its population, but those whose code is in `drop`."""
+    return [scoped(r, "population", i + 1) for i, e in enumerate(estimates) for r in e.reasons if r.code not in drop]
+
+
+def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
+    """J independent SMC runs (populations) of one log Z merged into one estimate.
+
+    `Ẑ = mean_j Ẑ_j` (still unbiased), so `log Ẑ = logsumexp(log Ẑ_j) − log J`. Two standard
+    errors: the genealogy one, `sqrt(Σ_j Ẑ_j² v_j) / Σ_j Ẑ_j` with `v_j` each run's genealogy
+    relative variance, and, from `MIN_POPULATIONS` runs on, the spread of the Ẑ_j
+    (`population_spread`). The headline is the genealogy SE when every run has one and the two
+    agree (|Δ| ≤ 2√(u₁² + u₂²)); when they disagree, the larger, with a warning; when a genealogy
+    collapsed, the spread (method `"replicates"`), the verdict then coming from the runs' final
+    weights. The verdict is otherwise the worst run's; ESS, N and the non-finite counts add up,
+    k̂ is the worst, the ELBO the mean. Each run's reasons are scoped to its population.
+    """
+    estimates = tuple(estimates)
+    if len(estimates) == 1:
+        return estimates[0]
+    j = len(estimates)
+    log_z = np.array([e.log_z for e in estimates])
+    top = float(np.max(log_z))
+    z = np.exp(log_z - top)
+    se = np.array([e.delta_stderr for e in estimates])
+    genealogy = math.sqrt(float(np.sum(z * z * se * se))) / float(np.sum(z))
+    lineage_u = [e.delta_stderr_uncertainty / e.delta_stderr for e in estimates if e.delta_stderr > 0]
+    genealogy_u = genealogy * (max(lineage_u) if lineage_u else 0.0) / math.sqrt(j)
+    reasons = _population_reasons(estimates)
+    status = worst([e.status for e in estimates])
+    genealogy_valid = (
+        status is not Status.UNRELIABLE
+        and math.isfinite(genealogy)
+        and all(e.log_z_stderr is not None for e in estimates)
+    )
+    headline, method, uncertainty = (genealogy, "smc-genealogy", genealogy_u) if genealogy_valid else (None, "none", math.nan)
+    finite = bool(np.all(np.isfinite(log_z)))
+    if j >= MIN_POPULATIONS and finite:
+        spread, spread_u = population_spread(log_z)
+        if genealogy_valid:
+            if abs(spread - genealogy) > STDERR_DISAGREE_Z * math.hypot(spread_u, genealogy_u) and spread > genealogy:
+                headline, method, uncertainty = spread, "replicates", spread_u
+                reasons.append(
+                    Reason("stderr_spread_larger", {"genealogy": genealogy, "spread": spread, "populations": j})
+                )
+                status = worst([status, Status.WARN])
+        elif all(e.weights_status is not None and e.weights_status is not Status.UNRELIABLE for e in estimates):
+            headline, method, uncertainty = spread, "replicates", spread_u
+            status = worst([e.weights_status for e in estimates])
+            # The spread holds for any resampling scheme: drop the note that asks for multinomial.
+            reasons = _population_reasons(estimates, drop=frozenset({"no_single_run_stderr"}))
+            reasons.append(Reason("stderr_from_spread", {"populations": j}))
+            collapsed = sum(e.status is Status.UNRELIABLE for e in estimates)
+            if collapsed:
+                # Each such Ẑ_j rests on a few initial ancestors, so the Ẑ_j are heavy-tailed and
+                # their spread over J populations is itself a rough, usually low, estimate
+                # (measured on gauss_narrow at d = 20: docs/method.md, "Several populations").
+                status = worst([status, Status.WARN])
+                reasons.append(Reason("populations_collapsed", {"collapsed": int(collapsed), "populations": j}))
+    if headline is not None and headline > MAX_RELATIVE_STDERR:
+        reasons.append(Reason("populations_scatter", {"relative_stderr": float(headline)}))
+        status, headline, method = Status.UNRELIABLE, None, "none"
+    return Estimate(
+        log_z=top + math.log(float(np.sum(z)) / j),
+        log_z_stderr=headline,
+        log_z_stderr_method=method,
+        delta_stderr=genealogy,
+        delta_stderr_uncertainty=uncertainty if headline is not None else genealogy_u,
+        elbo=float(np.mean([e.elbo for e in estimates])),
+        ess=float(sum(e.ess for e in estimates)),
+        num_samples=int(sum(e.num_samples for e in estimates)),
+        pareto_k=max(e.pareto_k for e in estimates),
+        num_nonfinite=int(sum(e.num_nonfinite for e in estimates)),
+        seconds=float(sum(e.seconds for e in estimates)),
+        status=status,
+        reasons=tuple(reasons),
+        weights_status=worst([e.weights_status for e in estimates if e.weights_status is not None]),
+    )
+
+
+def _flag(estimate: Estimate, reason: Reason, status: Status = Status.WARN) -> Estimate:
+    """`estimate` with `reason` added and its status at least `status`; an unreliable estimate
+    loses its standard error."""
+    if status is Status.UNRELIABLE:
+        return dataclasses.replace(
+            estimate, status=status, log_z_stderr=None, log_z_stderr_method="none",
+            reasons=(*estimate.reasons, reason),
+        )
+    return dataclasses.replace(estimate, status=worst([estimate.status, status]), reasons=(*estimate.reasons, reason))
+
+
+def mixing_verdict(estimate: Estimate, correlation: Optional[float]) -> Estimate:
+    """The estimate with the verdict of its refinement moves' mixing (adaptive tempering): `warn`
+    when the median correlation across a step's moves exceeds `MIXING_WARN`, `unreliable` (and no
+    standard error) above `MIXING_BAD`; unchanged when `correlation` is None.
+
+    Example:
+        >>> e = Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
+        >>> mixing_verdict(e, 0.8).status.value, mixing_verdict(e, 0.8).log_z_stderr
+        ('unreliable', None)
+    """
+    if correlation is None or not math.isfinite(correlation) or correlation <= MIXING_WARN:
+        return estimate
+    reason = Reason("moves_barely_move", {"correlation": float(correlation)})
+    return _flag(estimate, reason, Status.WARN if correlation <= MIXING_BAD else Status.UNRELIABLE)
+
+
+def stationarity_verdict(estimate: Estimate, drift: float, z: float, moves: int) -> Estimate:
+    """The estimate with the verdict of the stationarity test: at most `warn` when |z| exceeds
+    `STATIONARITY_WARN`; unchanged otherwise. `moves`: how many extra moves the test made (a
+    parameter of the reason; `smc.stationarity_moves`).
+
+    Example:
+        >>> e = Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
+        >>> stationarity_verdict(e, 0.5, 9.0, 20).status.value, stationarity_verdict(e, 0.01, 1.0, 20).status.value
+        ('warn', 'ok')
+    """
+    if not math.isfinite(z) or abs(z) <= STATIONARITY_WARN:
+        return estimate
+    return _flag(estimate, Reason("not_at_equilibrium", {"moves": int(moves), "drift": float(drift), "z": float(z)}))
+
+
+def population_verdict(estimate: Estimate, populations: int) -> Estimate:
+    """The estimate with the verdict of its population count: an SMC estimate from fewer than
+    `MIN_POPULATIONS` populations whose headline is the genealogy standard error is at most `warn`.
+
+    One population's genealogy sees the variance of resampling and reweighting among the particles
+    it has; it cannot see how far the share of particles in each mode is from the truth, and no
+    count of lineages tells the two apart (measured on gmm8 at d = 200, with as many surviving
+    lineages as correct runs on gauss_narrow: docs/method.md). Only replicate populations measure
+    that; `ok` needs them.
+
+    Example:
+        >>> e = Estimate(0.0, 0.1, "smc-genealogy", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
+        >>> population_verdict(e, 1).status.value, population_verdict(e, 8).status.value
+        ('warn', 'ok')
+    """
+    if populations >= MIN_POPULATIONS or estimate.log_z_stderr_method != "smc-genealogy":
+        return estimate
+    return _flag(
+        estimate, Reason("few_populations", {"populations": int(populations), "min_populations": MIN_POPULATIONS})
+    )

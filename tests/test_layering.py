@@ -1,0 +1,76 @@
+"""The floors of the package: no module imports a module on a higher floor (docs/architecture.md).
+
+Every `import mcd_cli...` and `from mcd_cli... import` in src/mcd_cli, at module level or inside a
+function, is checked against `FLOORS`; a new top-level module must be given a floor here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "mcd_cli"
+
+# Lowest first. A module may import modules of its own floor and of the floors below it.
+FLOORS: list[tuple[str, ...]] = [
+    ("_version", "errors", "safeyaml", "devices", "checkpoint", "resampling", "schedules", "score", "objectives",
+     "comparison"),
+    ("stats",),
+    ("targets",),
+    ("kernels",),
+    ("config",),
+    ("annealing",),
+    ("training", "amortised", "smc", "init", "pilot"),
+    ("messages", "record"),
+    ("run",),
+    ("report", "plot"),
+    ("cli", "__init__", "__main__", "_bundled"),
+]
+FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names}
+
+
+def top(module: str) -> str:
+    """`mcd_cli.run.plan` -> `run`; `mcd_cli` -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """`(line, module)` of every import of mcd_cli in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mcd_cli":
+            if node.module == "mcd_cli":
+                found += [(node.lineno, f"mcd_cli.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "mcd_cli"]
+    return found
+
+
+def source_files() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if "_bundled" not in p.parts)
+
+
+def test_every_module_has_a_floor():
+    names = {p.relative_to(SRC).parts[0].removesuffix(".py") for p in source_files()}
+    assert names <= set(FLOOR), f"give these modules a floor in FLOORS: {sorted(names - set(FLOOR))}"
+
+
+@pytest.mark.parametrize("path", source_files(), ids=lambda p: str(p.relative_to(SRC)))
+def test_no_import_climbs_a_floor(path):
+    here = top("mcd_cli." + ".".join(path.relative_to(SRC).with_suffix("").parts))
+    climbs = [
+        f"line {line}: {module} (floor {FLOOR[top(module)]}) from floor {FLOOR[here]}"
+        for line, module in imports(path)
+        if FLOOR[top(module)] > FLOOR[here]
+    ]
+    assert not climbs, f"{path.relative_to(SRC)} imports from a higher floor: " + "; ".join(climbs)
+
+
+def test_a_climb_is_caught():
+    """The check itself: `record` importing `run` would be flagged."""
+    assert FLOOR[top("mcd_cli.run.plan")] > FLOOR[top("mcd_cli.record")]
