@@ -9,6 +9,8 @@ import pytest
 
 from conftest import GAUSS_YAML, NO_TRAIN, TINY, one_line_error, records
 
+from mcd_cli._version import __version__
+
 SCHEMA = {
     "target": str,
     "dim": int,
@@ -388,7 +390,37 @@ def test_help_and_version(mcd):
     code, out, _ = mcd(["estimate", "--help"])
     assert code == 0 and "--checkpoint" in out and "--output" in out
     code, out, _ = mcd(["--version"])
-    assert code == 0 and out.startswith("mcd-cli ")
+    assert code == 0 and out == f"mcd-cli {__version__}\n"
+
+
+def test_estimate_and_compare_declare_their_shared_options_once():
+    import typer
+
+    from mcd_cli.cli import app
+
+    commands = typer.main.get_command(app).commands
+
+    def options(name):
+        return {p.name: (p.opts, p.secondary_opts, p.help, p.rich_help_panel) for p in commands[name].params}
+
+    estimate, compare = options("estimate"), options("compare")
+    read_as_lists = {"target", "sampler", "backward", "steps", "load"}
+    assert set(compare) < set(estimate)
+    assert {name: compare[name] for name in set(compare) - read_as_lists} == {
+        name: estimate[name] for name in set(compare) - read_as_lists
+    }
+
+
+def test_the_choices_are_the_library_s():
+    from mcd_cli.cli import options
+    from mcd_cli.config import INIT_METHODS
+    from mcd_cli.kernels import registry
+    from mcd_cli.objectives import OBJECTIVES
+
+    assert [m.value for m in options.Sampler] == list(registry.FORWARD)
+    assert [m.value for m in options.Refine] == ["none", *registry.REFINE]
+    assert [m.value for m in options.Loss] == list(OBJECTIVES)
+    assert [m.value for m in options.InitMethod] == list(INIT_METHODS)
 
 
 def test_json_output_is_only_json(mcd, gauss_yaml):

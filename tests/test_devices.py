@@ -96,7 +96,7 @@ SMC_SCRIPT = textwrap.dedent(
     params = annealing.init_params(jax.random.key(1), target, sconf)
     for n in counts:
         sharding = None if n == 1 else devices.particle_layout(n).particles
-        lowered = smc.compiled(target, sconf, 256, True, sharding).lower(params, jax.random.key(5))
+        lowered = run.compiled_smc(target, sconf, 256, True, sharding).lower(params, jax.random.key(5))
         compiled = lowered.compile()
         o = jax.device_get(compiled(params, jax.random.key(5)))
         out["fixed"][n] = {

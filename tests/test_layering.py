@@ -74,3 +74,43 @@ def test_no_import_climbs_a_floor(path):
 def test_a_climb_is_caught():
     """The check itself: `record` importing `run` would be flagged."""
     assert FLOOR[top("mcd_cli.run.plan")] > FLOOR[top("mcd_cli.record")]
+
+
+def test_execute_climbs_back_at_most_ten_times(tmp_path):
+    """Following a plan through `run.execute` (training with checkpoints and --save, SMC, importance
+    sampling) calls back up to a higher floor only through the few callbacks a lower floor is handed
+    (progress, checkpoint saving): distinct caller → callee pairs that climb, at most 10."""
+    import sys
+
+    import mcd_cli
+    from mcd_cli import run
+    from mcd_cli.config import SamplerConfig, TrainConfig
+
+    def floor_of(frame):
+        name = frame.f_globals.get("__name__", "")
+        return FLOOR.get(top(name)) if name.startswith("mcd_cli.") else None
+
+    climbs = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_back is not None:
+            low, high = floor_of(frame.f_back), floor_of(frame)
+            if low is not None and high is not None and high > low:
+                climbs.add((f"{frame.f_back.f_globals['__name__']}:{frame.f_back.f_code.co_name}",
+                            f"{frame.f_globals['__name__']}:{frame.f_code.co_name}"))
+
+    target = mcd_cli.load_target("gmm8", {"dim": "2"})
+    smc_plan = run.RunPlan(
+        target, SamplerConfig(steps=4, hidden=8, resample=0.5, refine="hmc", step_size="pilot"),
+        TrainConfig(iterations=4, batch_size=8, chunk=2), num_samples=256, checkpoint_dir=tmp_path / "ck",
+        checkpoint_every=2, save=tmp_path / "p.npz",
+    )
+    is_plan = run.RunPlan(target, SamplerConfig(steps=4, hidden=8), TrainConfig(iterations=2, batch_size=8), num_samples=256)
+    run.validate(smc_plan)  # creates the checkpoint directory
+    sys.setprofile(profile)
+    try:
+        run.execute(smc_plan)
+        run.execute(is_plan)
+    finally:
+        sys.setprofile(None)
+    assert len(climbs) <= 10, sorted(climbs)

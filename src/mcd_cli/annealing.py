@@ -59,7 +59,7 @@ def init_params(
     """Initial parameters of the configured estimator (MCD starts equal to AIS).
 
     The key is split into (path, forward, backward) keys, whatever the kernels. `step_sizes`
-    (shape `(K,)`, e.g. from `initialization.pilot_step_sizes`) sets the initial δ_k per step;
+    (shape `(K,)`, e.g. from `pilot.pilot_step_sizes`) sets the initial δ_k per step;
     default: `config.init_step_size` at every step.
     """
     est = registry.estimator(config.sampler, config.backward)

@@ -55,7 +55,7 @@ class SamplerConfig:
         learn_schedule: learn the annealing schedule β (else linear β_k = k/K).
         learn_mass: learn the diagonal mass matrix (UHA only).
         step_size: how the step sizes δ_k start: "pilot" (per step, from the curvature along the
-            path measured by a short pilot run: `initialization.pilot_step_sizes`) or "fixed"
+            path measured by a short pilot run: `pilot.pilot_step_sizes`) or "fixed"
             (`init_step_size` at every step). Either way they are then learned.
         init_step_size: step size every step starts from with `step_size="fixed"` (must be below
             `max_step_size`).
@@ -63,7 +63,7 @@ class SamplerConfig:
         init_damping: initial momentum damping h ∈ (0.01, 0.99) (UHA only).
         remat: rematerialise the scan over steps in nested segments (memory O(√K) when training).
         init: the initial distribution π0: "auto" (the target's own when it declares one, else
-            VI from several starting points: `initialization.fit_initial`), "target" (the
+            VI from several starting points: `init.fit_initial`), "target" (the
             target's, declared or the N(0, I) fallback), "laplace" (a Gaussian at the mode),
             "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a NumPyro model's prior,
             mapped to the unconstrained space); fitted once per run.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, Union
 
-from mcd_cli.stats import NONFINITE_MAX_FRAC, CODES, Combined, Estimate, Reason, Status
+from mcd_cli.stats import NONFINITE_MAX_FRAC, Combined, Estimate, Reason, Status
 
 _GAP = "log Ẑ exceeds the ELBO (or median log w) by {gap:.3g} nats: "
 _MOVES = "use more --refine-steps or --leapfrog"

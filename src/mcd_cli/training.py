@@ -130,7 +130,7 @@ def init_train_state(
 ) -> TrainState:
     """Initial parameters (MCD warm-started to AIS) and optimiser state.
 
-    `step_sizes`: per-step initial sizes δ_1 … δ_K (e.g. from `initialization.pilot_step_sizes`);
+    `step_sizes`: per-step initial sizes δ_1 … δ_K (e.g. from `pilot.pilot_step_sizes`);
     default: `sconf.init_step_size` at every step.
 
     Example:

@@ -64,13 +64,4 @@ def warnings(dim, config) -> list[Reason]:
     return [Reason("score_network_narrow", {"hidden": int(config.hidden), "dim": int(dim)})]
 
 
-KERNEL = BackwardKernel(
-    name="mcd",
-    suffix="-MCD",
-    trainable=True,
-    init_params=init_params,
-    log_density=log_density,
-    param_count=param_count,
-    activations=activations,
-    warnings=warnings,
-)
+KERNEL = BackwardKernel("mcd", "-MCD", True, init_params, log_density, param_count, activations, warnings)

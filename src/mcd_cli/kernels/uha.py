@@ -127,14 +127,5 @@ def finish(state: UHAState, r: UHAResolved):
     return state.log_target + jnp.sum(norm.logpdf(state.momentum, 0.0, r.mass_sd))
 
 
-KERNEL = ForwardKernel(
-    name="uha",
-    label="UHA",
-    init_params=init_params,
-    prepare=prepare,
-    init=init,
-    step=step,
-    finish=finish,
-    score_input_dim=lambda dim: 2 * dim,
-    state_size=lambda dim: 2 * dim,
-)
+# Positional in the order of `ForwardKernel`'s fields: the score sees (x, p̃); the state holds x and p.
+KERNEL = ForwardKernel("uha", "UHA", init_params, prepare, init, step, finish, lambda dim: 2 * dim, lambda dim: 2 * dim)

@@ -66,15 +66,5 @@ def finish(state, resolved):
     return state.log_target
 
 
-KERNEL = ForwardKernel(
-    name="ula",
-    label="ULA",
-    init_params=init_params,
-    prepare=prepare,
-    init=init,
-    step=step,
-    finish=finish,
-    score_input_dim=lambda dim: dim,
-    state_size=lambda dim: dim,
-    detachable=True,
-)
+# Positional in the order of `ForwardKernel`'s fields; ULA has a density at fixed points (detachable).
+KERNEL = ForwardKernel("ula", "ULA", init_params, prepare, init, step, finish, lambda dim: dim, lambda dim: dim, True)

@@ -1,176 +1,27 @@
-"""What people and pipelines see: rich tables on stdout, JSON lines, progress bars on stderr.
-
-Nothing here computes an estimate; the functions take a record's JSON form (`RunRecord.as_dict()`,
-documented in docs/json.md, every number finite or `None`) and turn it into text. `ProgressDisplay`
-implements the run layer's `Progress` protocol with rich progress bars.
-"""
+"""The rich tables of a record: one estimate, a per-datum summary, a comparison, Bayes factors,
+the bundled targets and a target's check."""
 
 from __future__ import annotations
 
-import json
 import math
-import statistics
-import sys
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from rich import box
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
-from mcd_cli.stats import PARETO_K_BAD, PARETO_K_WARN
-from mcd_cli.record import finite
+from mcd_cli.stats import PARETO_K_BAD
+from mcd_cli.report.format import (
+    _SE_METHOD, _STATUS_STYLE, fmt, fmt_log_z, fmt_pareto, fmt_status, per_datum_smc_line, smc_line, sparkline,
+)
 
 
-def to_json(record: dict) -> str:
-    """One JSON line; refuses NaN/inf (records hold None instead)."""
-    return json.dumps(record, allow_nan=False, separators=(", ", ": "))
-
-
-# --------------------------------------------------------------------------------------------
-# Formatting
-
-
-def fmt(value: Optional[float], digits: int = 3) -> str:
-    """A number for a table, or an em dash when it is unknown or not finite."""
-    value = finite(value)
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def fmt_log_z(log_z: Optional[float], stderr: Optional[float]) -> str:
-    """`log Ẑ ± se`, or `log Ẑ` alone when there is no standard error that means anything."""
-    if finite(log_z) is None:
-        return "—"
-    return fmt(log_z) if finite(stderr) is None else f"{fmt(log_z)} ± {fmt(stderr)}"
-
-
-SPARK_BARS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: Sequence[float], width: int = 48) -> str:
-    """A one-line unicode sparkline of `values` in `width` cells (each the median of its span, so
-    that one bad training batch does not flatten the rest; NaN skipped).
-
-    Example:
-        >>> sparkline([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
-        '▁▂▃▄▅▆▇█'
-        >>> sparkline([])
-        ''
-    """
-    v = [float(x) for x in values]
-    if not v:
-        return ""
-    width = max(1, min(width, len(v)))
-    cells = []
-    for i in range(width):
-        span = [x for x in v[i * len(v) // width:(i + 1) * len(v) // width] if math.isfinite(x)]
-        cells.append(statistics.median(span) if span else None)
-    known = [c for c in cells if c is not None]
-    if not known:
-        return " " * width
-    lo, hi = min(known), max(known)
-    top = len(SPARK_BARS) - 1
-    return "".join(
-        " " if c is None else SPARK_BARS[0 if hi == lo else round((c - lo) / (hi - lo) * top)] for c in cells
-    )
-
-
-_STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "unreliable": "bold red"}
-
-
-def fmt_status(status: str) -> Text:
-    """The verdict, in colour."""
-    return Text(status.upper() if status == "unreliable" else status, style=_STATUS_STYLE.get(status, ""))
-
-
-def fmt_pareto(k: Optional[float]) -> Text:
-    """k̂: green up to 0.5, yellow up to 0.7, red above (or when no tail could be fitted)."""
-    if finite(k) is None:
-        return Text("— (no tail to fit)", style="bold red")
-    if k > PARETO_K_BAD:
-        return Text(f"{k:.2f}  > {PARETO_K_BAD}: the weights' tail is too heavy", style="bold red")
-    if k > PARETO_K_WARN:
-        return Text(f"{k:.2f}  > {PARETO_K_WARN}: converges slowly", style="yellow")
-    return Text(f"{k:.2f}", style="green")
-
-
-def warnings_for(rec: dict) -> list[str]:
-    """Plain-text warnings about a record, one line each (shown on stderr)."""
-    out = []
-    where = f"{rec['label']} K={rec['steps']}"
-    if rec.get("status") == "unreliable":
-        out.append(
-            f"warning: {where} is UNRELIABLE ({'; '.join(rec['reasons']) or 'see the diagnostics'}): "
-            f"do not use this estimate; {rec['advice']}"
-        )
-    elif rec.get("status") == "warn":
-        out.append(f"warning: {where}: {'; '.join(rec['reasons'])}; {rec['advice']}")
-    for line in rec.get("init_warnings", ()):
-        out.append(f"warning: initial distribution ({rec.get('init_method') or rec['init']}): {line}")
-    if rec.get("nonfinite_weights"):
-        out.append(
-            f"warning: {rec['nonfinite_weights']} importance weights were NaN or +inf and were "
-            "left out of the estimate"
-        )
-    if rec.get("recoveries"):
-        out.append(
-            f"warning: training recovered from divergence {rec['recoveries']} time(s) "
-            f"({rec['skipped_steps']} updates skipped); the learning rate was halved each time"
-        )
-    return out
-
-
-_SE_METHOD = {
-    "delta": "delta method",
-    "replicates": "spread over repeats",
-    "smc-genealogy": "SMC genealogy",
-    "none": "no valid standard error",
-}
-
-
-def smc_line(smc: dict) -> str:
-    """The compact SMC line: schedule, steps, resamplings, final ESS/N, mean acceptance."""
-    runs = len(smc["steps"])
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
-    same = len(set(smc["steps"])) == 1
-    steps = smc["steps"][0] if same else f"{mean(smc['steps']):.1f} (mean of {runs} runs)"
-    text = (
-        f"{smc['schedule']} schedule, K = {steps}, {mean(smc['resamplings']):.1f} resamplings "
-        f"({smc['resampling']}, ESS/N < {smc['resample']:g}), final ESS/N {mean([e or 0.0 for e in smc['final_ess']]):.2f}"
-    )
-    if smc["refine"] != "none":
-        accept = smc["mean_acceptance"]
-        text += f", {smc['refine']} acceptance {accept:.2f}" if accept is not None else f", {smc['refine']}: no moves"
-    if smc["populations"] > 1:
-        text += f"; {smc['populations']} populations of {smc['particles']}"
-    return text
-
-
-def per_datum_smc_line(smc: dict) -> str:
-    """The SMC line of a per-datum summary: settings and the means over the data."""
-    def num(value, form):
-        return "—" if value is None else format(value, form)
-
-    text = (
-        f"{smc['schedule']} schedule, mean K = {num(smc['mean_steps'], '.1f')}, "
-        f"{num(smc['mean_resamplings'], '.1f')} resamplings ({smc['resampling']}, ESS/N < {smc['resample']:g}), "
-        f"final ESS/N {num(smc['mean_final_ess'], '.2f')}"
-    )
-    if smc["refine"] != "none":
-        text += f", {smc['refine']} acceptance {num(smc['mean_acceptance'], '.2f')}"
-    if smc["populations"] > 1:
-        text += f"; {smc['populations']} populations of {smc['particles']}"
-    if smc.get("mean_log_z_is") is not None:
-        text += f"; same kernels without SMC: mean log Ẑ {fmt(smc['mean_log_z_is'])}"
-    return text + " (means over the data)"
+def _names_and_values(title: str) -> Table:
+    """An empty two-column table without a header: names in bold, values beside them."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
+    table.add_column("", style="bold")
+    table.add_column("")
+    return table
 
 
 def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
@@ -180,14 +31,7 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
         rec: the record (`RunRecord.as_dict()`).
         curve: the training ELBO per iteration (of the first repeat), drawn as a sparkline.
     """
-    table = Table(
-        title=f"{rec['label']} on {rec['target']} (d = {rec['dim']})",
-        box=box.SIMPLE_HEAD,
-        show_header=False,
-        title_justify="left",
-    )
-    table.add_column("", style="bold")
-    table.add_column("")
+    table = _names_and_values(f"{rec['label']} on {rec['target']} (d = {rec['dim']})")
     status = rec.get("status", "ok")
     verdict = fmt_status(status)
     if status != "ok":
@@ -282,14 +126,7 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
 
 def per_datum_table(rec: dict) -> Table:
     """The summary of a conditional target's per-datum estimates (the `"summary"` record)."""
-    table = Table(
-        title=f"{rec['label']} on {rec['target']} (d = {rec['dim']}), {rec['num_data']} data",
-        box=box.SIMPLE_HEAD,
-        show_header=False,
-        title_justify="left",
-    )
-    table.add_column("", style="bold")
-    table.add_column("")
+    table = _names_and_values(f"{rec['label']} on {rec['target']} (d = {rec['dim']}), {rec['num_data']} data")
     counts = rec["counts"]
     verdicts = Text(f"{counts['ok']} ok", style=_STATUS_STYLE["ok"] if not rec["not_ok"] else "")
     for name in ("warn", "unreliable", "failed"):
@@ -460,86 +297,3 @@ def check_table(target: Any, result: Any) -> Table:
         row(None, "warning", warning)
     return table
 
-
-# --------------------------------------------------------------------------------------------
-# Consoles and progress
-
-
-def stdout_console(width: int = 120) -> Console:
-    """Console for results: `width` columns when stdout is a pipe or a file, so tables do not wrap."""
-    if sys.stdout.isatty():
-        return Console(soft_wrap=False)
-    return Console(width=width, soft_wrap=False, force_terminal=False)
-
-
-def stderr_console() -> Console:
-    return Console(stderr=True, soft_wrap=True)
-
-
-class ProgressDisplay:
-    """Progress bars on stderr for training and estimation, or nothing at all.
-
-    Enabled only when stderr is a terminal and neither --quiet nor --json was given; when
-    disabled every callback is a no-op, so the caller never needs to check.
-
-    Example:
-        >>> with ProgressDisplay(enabled=False) as p:
-        ...     cb = p.training("train", total=10, start=0)
-        ...     cb(0, -1.5)
-    """
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self._progress: Optional[Progress] = None
-
-    def __enter__(self) -> "ProgressDisplay":
-        if self.enabled:
-            self._progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"),
-                TextColumn("{task.fields[rate]}"),
-                TimeElapsedColumn(),
-                TextColumn("eta"),
-                TimeRemainingColumn(),
-                console=stderr_console(),
-                transient=True,
-            )
-            self._progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-    def training(self, description: str, total: int, start: int = 0) -> Callable[[int, float], None]:
-        """`callback(iteration, elbo)` for `training.fit`."""
-        if self._progress is None:
-            return lambda iteration, elbo: None
-        progress = self._progress
-        task = progress.add_task(description, total=total, completed=start, info="", rate="")
-
-        def callback(iteration: int, elbo: float) -> None:
-            speed = next((t.speed for t in progress.tasks if t.id == task), None)
-            progress.update(
-                task,
-                completed=iteration + 1,
-                info=f"ELBO {elbo:.3f}" if math.isfinite(elbo) else "ELBO (skipped)",
-                rate=f"{speed:.1f} it/s" if speed else "",
-            )
-
-        return callback
-
-    def estimation(self, description: str, total: int) -> Callable[[int, int], None]:
-        """`callback(done, total)` for `estimate.estimate`."""
-        if self._progress is None:
-            return lambda done, total: None
-        progress = self._progress
-        task = progress.add_task(description, total=total, info="", rate="")
-
-        def callback(done: int, total: int) -> None:
-            progress.update(task, completed=done)
-
-        return callback
