@@ -175,7 +175,7 @@ def test_ctrl_c_without_checkpoint_dir_saves_in_the_working_directory(mcd, gauss
         raise TrainingInterrupted(state)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(run, "fit", interrupted_fit)
+    monkeypatch.setattr(run.fit, "fit", interrupted_fit)  # the module run/fit.py
     code, out, err = mcd(["estimate", gauss_yaml, *TINY, "--iterations", "5", "--seed", "4"])
     assert code == 130 and out == ""
     line = one_line_error(err)
