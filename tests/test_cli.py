@@ -438,7 +438,7 @@ def test_progress_bars_render_on_a_terminal(monkeypatch):
     from mcd_cli import report
 
     buffer = io.StringIO()
-    monkeypatch.setattr(report, "stderr_console", lambda: Console(file=buffer, force_terminal=True, width=100))
+    monkeypatch.setattr(report.progress, "stderr_console", lambda: Console(file=buffer, force_terminal=True, width=100))
     with report.ProgressDisplay(enabled=True) as progress:
         train = progress.training("training", total=3)
         for i, elbo in enumerate([-3.0, float("nan"), -2.5]):
