@@ -3,7 +3,7 @@
 Each case reruns `mcd ... --json` and compares every field of every record, except those that
 depend on the machine, the time or the path, with the golden record: floats to 1e-6 (the runs are
 deterministic; different random numbers would move log Ẑ by a standard error, orders of magnitude
-more), everything else exactly. `reason_codes` is new in the redesign and not in the golden files.
+more), everything else exactly. `reason_codes` (the redesign) and `policy` (the default policy) are new and not in the golden files.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from golden_cases import comparable, run_case
 
 GOLDEN = Path(__file__).parent / "golden" / "records.jsonl"
 CASES = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
-NEW_FIELDS = {"reason_codes"}
+NEW_FIELDS = {"reason_codes", "policy"}
 
 
 def assert_same(new, old, where="record"):

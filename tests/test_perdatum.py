@@ -23,6 +23,8 @@ from mcd_cli import amortised, annealing, report, score
 from mcd_cli.run import perdatum, smc_kernels
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError
+from mcd_cli.record import DatumRecord
+from mcd_cli.stats import summarize
 from mcd_cli.targets import Target, TargetError, load_target
 from mcd_cli.targets.conditional import ConditionalTarget, context, datum_target
 
@@ -69,7 +71,7 @@ def test_amortised_per_datum_estimates_match_the_closed_form():
         target, sconf, TrainConfig(iterations=10, batch_size=32), amortise=True, num_samples=4096
     )
     rows: list[dict] = []
-    summary = perdatum.execute(plan, rows.append)
+    summary = perdatum.execute(plan, lambda r: rows.append(r.as_dict())).as_dict()
     assert [r["datum"] for r in rows] == [0, 1, 2, 3]
     for r in rows:
         # log Ẑ is low by about se²/2 on average (Jensen); the rest is Monte Carlo error.
@@ -172,7 +174,7 @@ def test_trained_amortised_mcd_inside_smc_per_datum_matches_the_closed_form():
         target, sconf, TrainConfig(iterations=10, batch_size=32), amortise=True, num_samples=1024, particles=512
     )
     rows: list[dict] = []
-    summary = perdatum.execute(plan, rows.append)
+    summary = perdatum.execute(plan, lambda r: rows.append(r.as_dict())).as_dict()
     within_tolerance(rows)
     for r in rows:
         assert r["smc"]["populations"] == 2 and len(r["smc"]["log_z_populations"]) == 2
@@ -371,14 +373,16 @@ def test_per_datum_run_checkpoints_and_resumes_to_the_uninterrupted_records(tmp_
     sconf = SamplerConfig(sampler="ula", backward="mcd", steps=3, hidden=8, blocks=1, context_dim=target.context_dim)
     base = dict(tconf=TrainConfig(iterations=10, batch_size=16), amortise=True, num_samples=256)
     whole_rows: list[dict] = []
-    whole = perdatum.execute(perdatum.PerDatumPlan(target, sconf, **base), whole_rows.append)
+    whole = perdatum.execute(
+        perdatum.PerDatumPlan(target, sconf, **base), lambda r: whole_rows.append(r.as_dict())
+    ).as_dict()
 
     plan = perdatum.PerDatumPlan(target, sconf, **base, checkpoint_dir=tmp_path / "ck", checkpoint_every=5)
     perdatum.validate(plan)
     first: list[dict] = []
 
     def stop_after_two(rec):
-        first.append(rec)
+        first.append(rec.as_dict())
         if len(first) == 2:
             raise KeyboardInterrupt
 
@@ -390,11 +394,45 @@ def test_per_datum_run_checkpoints_and_resumes_to_the_uninterrupted_records(tmp_
     resumed = dataclasses.replace(plan, resume=True)
     perdatum.validate(resumed)
     rest: list[dict] = []
-    summary = perdatum.execute(resumed, rest.append)
+    summary = perdatum.execute(resumed, lambda r: rest.append(r.as_dict())).as_dict()
     assert [r["datum"] for r in first] == [0, 1] and [r["datum"] for r in rest] == [2, 3]
     strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
     assert [strip(r) for r in first + rest] == [strip(r) for r in whole_rows]
     assert _volatile_free(summary) == _volatile_free(whole)
+
+
+def test_cli_resumes_a_checkpointed_per_datum_run_without_estimating_the_finished_data(mcd, target_file, tmp_path):
+    """`mcd estimate --checkpoint DIR` logs each datum; rerun with `--resume` after losing the last
+    datum's line, it estimates only that datum (from the saved training state) and gives the same summary."""
+    ck = tmp_path / "ck"
+    args = ["estimate", target_file, "--data-index", "0:3", "--amortise", "--backward", "ais", "--steps", "2",
+            "--iterations", "2", "--batch-size", "16", "--samples", "128", "--resample", "0",
+            "--checkpoint", ck, "--checkpoint-every", "1", "--json"]
+    code, out, err = mcd(args)
+    assert code == 0, err
+    first = records(out)
+    log = ck / perdatum.DATA_LOG
+    assert [json.loads(line) for line in log.read_text().splitlines()] == first[:-1]
+    assert [d["datum"] for d in first[:-1]] == [0, 1, 2] and (ck / "state-r0.npz").exists()
+    code, _, err = mcd(args)
+    assert code == 2 and "--resume" in one_line_error(err)
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines()[:2]))
+    code, out, err = mcd([*args, "--resume"])
+    assert code == 0, err
+    resumed = records(out)
+    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert [strip(d) for d in resumed[:-1]] == [strip(first[2])]
+    assert _volatile_free(resumed[-1]) == _volatile_free(first[-1])
+
+
+def test_a_datum_record_reads_back_from_its_json_line():
+    """The resume log's line format: `as_dict` as JSON, read back by `from_dict` to an equal record."""
+    rng = np.random.default_rng(0)
+    for est, error in ((summarize(rng.normal(size=64)), ""), (None, "all 64 importance weights are zero")):
+        rec = DatumRecord.of(3, est, -1.5, error)
+        line = json.dumps(rec.as_dict(), allow_nan=False)
+        assert DatumRecord.from_dict(json.loads(line)) == rec
+        assert list(json.loads(line))[:3] == ["record", "datum", "log_z"]
 
 
 def test_reference_log_z_may_use_numpy_scipy_and_float():
@@ -409,7 +447,8 @@ def test_reference_log_z_may_use_numpy_scipy_and_float():
     )
     sconf = SamplerConfig(sampler="ula", backward="ais", steps=3)
     rows: list[dict] = []
-    perdatum.execute(perdatum.PerDatumPlan(target, sconf, TrainConfig(iterations=0), amortise=False, num_samples=256), rows.append)
+    plan = perdatum.PerDatumPlan(target, sconf, TrainConfig(iterations=0), amortise=False, num_samples=256)
+    perdatum.execute(plan, lambda r: rows.append(r.as_dict()))
     assert [r["known_log_z"] for r in rows] == pytest.approx([reference(x) for x in target.data])
 
 

@@ -328,10 +328,10 @@ def test_property_pareto_weights(shape, n, seed):
     e = stats.summarize(-np.log(np.random.default_rng(seed).uniform(size=n)) / shape)
     _check(e)
     if shape <= 0.5 and n >= 300:
-        # k ≥ 2: none of 1000 runs at α = 0.5, N = 300 was trusted (benchmarks/stats_calibration.py).
+        # k ≥ 2: none of 1000 runs at α = 0.5, N = 300 was trusted (benchmarks/results/calibration.md, module stats_calibration).
         assert not e.trustworthy, e
     # Closer to α = 1 the fit's own noise lets some runs through (over 1000 runs at N = 2000:
-    # 1.4 % at α = 0.9, 4.3 % at α = 0.99, nearly all "warn"; benchmarks/stats_calibration.py).
+    # 1.4 % at α = 0.9, 4.3 % at α = 0.99, nearly all "warn"; benchmarks/results/calibration.md, module stats_calibration).
 
 
 def test_pareto_weights_near_one_are_rarely_trusted():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 from pathlib import Path
 
 
@@ -70,7 +71,9 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
 
     from mcd_cli.cli import app
 
+    t0 = time.perf_counter()
     result = CliRunner().invoke(app, ["estimate", target, "--seed", str(seed), "--json", "--quiet", *extra])
+    wall = time.perf_counter() - t0
     if result.exit_code == 130:  # interrupted (Ctrl-C, SIGTERM): stop the study, record nothing
         raise SystemExit(130)
     if result.exit_code not in (0, 3):
@@ -80,6 +83,13 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
             "reasons", "pareto_k", "ess", "init_method", "iterations_run", "train_seconds", "estimate_seconds",
             "start_seconds")
     cell = {k: rec.get(k) for k in keep}
+    cell["wall_seconds"] = round(wall, 3)
+    if rec.get("policy"):  # the default policy's stages: what ran, what each gave, what it decided
+        cell["policy"] = [
+            {k: s[k] for k in ("role", "method", "num_samples", "log_z", "log_z_stderr", "status", "reason_codes",
+                               "seconds")}
+            for s in rec["policy"]["stages"]
+        ]
     smc = rec.get("smc") or {}
     # What the SMC verdict judged, kept for analysis (e.g. how far below the stationarity test's
     # threshold a run that missed was): the pooled stationarity z and each run's resamplings.

@@ -43,7 +43,7 @@ import numpy as np
 
 from common import RESULTS, REPO, command_line, log, machine, write_json  # noqa: E402
 
-from mcd_cli import perdatum  # noqa: E402
+from mcd_cli.run import perdatum  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.run import ADAPTIVE_REFINE_STEPS  # noqa: E402
 from mcd_cli.stats import summarize  # noqa: E402
@@ -272,7 +272,7 @@ def main(argv=None) -> None:
                 target, sconf, tconf, amortise=True, num_samples=args.samples, seed=args.seed, data_batch=args.data_batch
             )
             rows: list[dict] = []
-            summary = perdatum.execute(plan, rows.append)
+            summary = perdatum.execute(plan, lambda r: rows.append(r.as_dict())).as_dict()
             result["cells"][key] = cell_summary(rows, summary["train_seconds"], summary["estimate_seconds"])
             result["load_after"] = list(os.getloadavg())
             write_json(args.out, result)
@@ -297,7 +297,7 @@ def main(argv=None) -> None:
             target, sconf, tconf, amortise=True, num_samples=args.samples, seed=args.seed, data_batch=args.data_batch
         )
         rows = []
-        summary = perdatum.execute(plan, rows.append)
+        summary = perdatum.execute(plan, lambda r: rows.append(r.as_dict())).as_dict()
         result["cells"][key] = cell_summary(rows, summary["train_seconds"], summary["estimate_seconds"])
         result["load_after"] = result["runs"][-1]["load_after"] = list(os.getloadavg())
         result["cells"][key].update(command=result["runs"][-1]["command"], sampler_config=dataclasses.asdict(sconf))

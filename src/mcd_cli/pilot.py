@@ -171,7 +171,7 @@ def pilot_scale(
     gains more than `gain` nats and more than 3 standard errors of the paired difference. On a
     smooth target sizes below the stability limit only slow the path down, so halving loses ELBO
     and c stays 1 (the sizes are unchanged); on `laplace` c becomes ¼
-    (`benchmarks/results/pilot_scale_cpu.json`). A non-finite ELBO counts as −∞; when no scale
+    (`benchmarks/results/start.md`, module pilot_scale). A non-finite ELBO counts as −∞; when no scale
     gives a finite one, c stays 1 and training's own checks take over.
     """
     config = SamplerConfig(

@@ -89,10 +89,12 @@ _LISTS = {
         "target in order; training is skipped.",
     ),
 }
-# The options of one run that a grid or a comparison does not take: conditional targets, the
-# estimation method (the runs keep the library's importance sampling), saving and resuming.
+# The options of one run that a grid or a comparison does not take: conditional targets, the SMC
+# method (a grid keeps the library's importance sampling; models run the default policy unless an
+# option fixes the method), saving and resuming, the keys of one model or stage.
 _NOT_TAKEN = (
-    "data_index", "schedule", "amortise", "save", "checkpoint", "checkpoint_every", "resume", "model_index",
+    "data_index", "schedule", "amortise", "save", "checkpoint", "checkpoint_every", "resume", "model_index", "stage",
+    "train_stage",
     *in_panel(SMC),
 )
 
@@ -111,6 +113,12 @@ def compare(ctx: typer.Context, **given: Any) -> None:
         _compare_models(targets, values)
         return
     values["target"] = targets[0] if targets else None
+    for name in ("max_se", "time_limit"):
+        if given.get(name) is not None:
+            raise UsageError(
+                f"--{name.replace('_', '-')} steers the default policy of `mcd compare A B ...`; a grid of estimators "
+                "on one target runs exactly the settings given"
+            )
     if values.get("load") is not None:
         raise UsageError(
             "--load in compare needs several targets (one file per target); for one target use "
@@ -167,6 +175,13 @@ def _run_all(plans: list[run.RunPlan], values: dict, kind: Optional[str] = None)
     return records
 
 
+def _share(policy: Optional[run.Policy], models: int) -> Optional[run.Policy]:
+    """Each model's policy: the same standard error to reach, an equal share of --time-limit."""
+    if policy is None or policy.time_limit is None:
+        return policy
+    return dataclasses.replace(policy, time_limit=policy.time_limit / models)
+
+
 def _targets(value: Any) -> list[str]:
     """The TARGET arguments (or the --config file's `target`: one name or a list)."""
     if value is None:
@@ -186,7 +201,9 @@ def _model_names(targets: list[str]) -> list[str]:
 
 
 def _compare_models(targets: list[str], values: dict) -> None:
-    """`mcd compare A B [C ...]`: every model with the same settings, then its Bayes factors."""
+    """`mcd compare A B [C ...]`: every model with the same settings, then its Bayes factors. With no
+    option that fixes the method, each model runs the default policy (`run.policy`), as `mcd
+    estimate` does, with its own keys (`model_index`)."""
     for name in _LIST_OPTIONS:
         value = values.get(name)
         if value is not None and "," in str(value):
@@ -226,7 +243,7 @@ def _compare_models(targets: list[str], values: dict) -> None:
                         cell[name] = getattr(saved.sconf, name)
             sconf, tconf = settings.build_configs(cell, loaded.target.dim)
             plan = settings.run_plan(loaded, sconf, tconf, cell, load=load, saved=saved)
-            plans.append(dataclasses.replace(plan, model_index=i))
+            plans.append(dataclasses.replace(plan, model_index=i, policy=_share(values.get("policy"), len(targets))))
         records = _run_all(plans, values, kind="model")
     if records is None:
         return

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from mcd_cli import report, run
+from mcd_cli import record, report, run
 from mcd_cli.run import perdatum
 from mcd_cli.run import ADAPTIVE_REFINE_STEPS
 from mcd_cli.errors import Unreliable, UsageError
@@ -103,12 +103,11 @@ def _plan(values: dict, loaded: settings.LoadedTarget) -> run.RunPlan:
         checkpoint_every=settings.checkpoint_every(values),
         resume=bool(values.get("resume")),
         particles=values.get("particles"),
+        policy=values.get("policy"),
     )
 
 
-_NOT_PER_DATUM = {
-    "load": "--load", "save": "--save", "checkpoint": "--checkpoint", "resume": "--resume", "plot": "--plot",
-}
+_NOT_PER_DATUM = {"load": "--load", "save": "--save", "plot": "--plot"}
 
 
 def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> None:
@@ -146,6 +145,9 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
         target_args=loaded.args,
         target_data=str(loaded.data) if loaded.data is not None else None,
         particles=values.get("particles"),
+        checkpoint_dir=values.get("checkpoint"),
+        checkpoint_every=settings.checkpoint_every(values),
+        resume=bool(values.get("resume")),
     )
     perdatum.validate(plan)
     if sconf.adaptive and tconf.iterations > 0 and not values.get("quiet"):
@@ -168,13 +170,14 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
         )
         return
 
-    def on_datum(rec: dict) -> None:
+    def on_datum(datum: record.DatumRecord) -> None:
+        rec = datum.as_dict()
         out.append(values, rec)
         if values.get("json"):
             print(report.to_json(rec), flush=True)
 
     with out.progress(values) as progress, settings.sigterm_as_interrupt():
-        summary = perdatum.execute(plan, on_datum, progress)
+        summary = perdatum.execute(plan, on_datum, progress).as_dict()
     out.append(values, summary)
     if values.get("json"):
         print(report.to_json(summary), flush=True)

@@ -27,7 +27,7 @@ from mcd_cli.config import (
 from mcd_cli.kernels import registry
 from mcd_cli.objectives import OBJECTIVES
 from mcd_cli.run import (
-    ADAPTIVE_REFINE_STEPS, DEFAULT_POPULATIONS, DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM,
+    ADAPTIVE_REFINE_STEPS, DEFAULT_MAX_SE, DEFAULT_POPULATIONS, DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM,
     SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE, RunPlan, auto_batch_size, auto_unroll,
 )
 from mcd_cli.targets.numpyro_model import DEFAULT_MODEL
@@ -191,14 +191,17 @@ OPTIONS: dict[str, Any] = {
     "load": option(Path, "--load", panel=TRAINING, help="Load trained parameters saved with --save and skip training."),
     "checkpoint": option(
         Path, "--checkpoint", panel=TRAINING,
-        help="Save the training state in this directory every --checkpoint-every iterations.",
+        help="Save the training state in this directory every --checkpoint-every iterations (a conditional "
+        "target also logs each finished datum there).",
     ),
     "checkpoint_every": option(
         int, "--checkpoint-every", panel=TRAINING,
         help=f"Iterations between checkpoints. (default: {DEFAULT_CHECKPOINT_EVERY})",
     ),
     "resume": option(
-        bool, "--resume", panel=TRAINING, help="Continue from the checkpoint in --checkpoint DIR, if there is one."
+        bool, "--resume", panel=TRAINING,
+        help="Continue from the checkpoint in --checkpoint DIR, if there is one (a conditional target skips the "
+        "data already estimated).",
     ),
     # Sequential Monte Carlo ---------------------------------------------------------------------
     "resample": option(
@@ -250,6 +253,16 @@ OPTIONS: dict[str, Any] = {
         int, "--model-index", panel=RUN,
         help="Derive the keys as model I of `mcd compare A B ...` does (root key fold_in(key(seed), I)), to "
         "reproduce that model alone. (default: none, root key key(seed))",
+    ),
+    "stage": option(
+        int, "--stage", panel=RUN,
+        help="Derive the keys as stage S of the default policy does (a record's config names it), to reproduce "
+        "that stage alone. (default: none)",
+    ),
+    "train_stage": option(
+        int, "--train-stage", panel=RUN,
+        help="With --stage: train with the keys of this stage, as a policy's final run reuses its pilot's trained "
+        "kernels (a record's config names it). (default: --stage)",
     ),
     "repeats": option(
         int, "--repeats", "-r", panel=RUN,
@@ -303,6 +316,16 @@ OPTIONS: dict[str, Any] = {
     ),
     "process_id": option(
         int, "--process-id", panel=DEVICES, help="With --distributed: this process's index, 0 … N−1."
+    ),
+    "max_se": option(
+        float, "--max-se", panel=RUN,
+        help="The standard error (nats) the default policy sizes its final run for; with explicit method "
+        f"options it is not used. (default: {DEFAULT_MAX_SE:g})",
+    ),
+    "time_limit": option(
+        str, "--time-limit", panel=RUN,
+        help="Wall time the default policy may take, e.g. 90s, 10m, 2h; it stops escalating when the next stage "
+        "would not fit and reports the stages that finished. (default: none; the ladder's length bounds the run)",
     ),
     "debug": option(bool, "--debug", panel=RUN, help="Show the traceback when something fails."),
 }

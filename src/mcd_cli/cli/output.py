@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any
 
+import typer
+
 from mcd_cli import checkpoint, devices, report
 from mcd_cli.errors import Unreliable
 from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
@@ -42,7 +44,12 @@ def warn_after(records: list[dict], values: dict) -> None:
 
 
 def strict(values: dict, records: list[dict]) -> None:
-    """Under --strict, exit with status 3 when any record's verdict is unreliable (already written)."""
+    """Under --strict, exit with status 3 when any record's verdict is unreliable (already written);
+    exit 130 when Ctrl-C stopped a policy run between or during its stages (its finished stages were
+    reported and written)."""
+    if any((r.get("policy") or {}).get("stopped") == "interrupted" for r in records):
+        print("interrupted: the stages that had finished are reported (policy.stopped: interrupted)", file=sys.stderr)
+        raise typer.Exit(130)
     bad = [r for r in records if r.get("status") == "unreliable"]
     if values.get("strict") and bad:
         names = ", ".join(f"{r['label']} K={r['steps']}" for r in bad)

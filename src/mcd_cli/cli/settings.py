@@ -67,8 +67,12 @@ def _config_value(ctx: typer.Context, name: str, value: Any, path: Path) -> Any:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return parse_params(value)
         raise UsageError(f"--config '{path}': 'param' must be a mapping of target parameters, e.g. param: {{dim: 20}}")
-    if isinstance(value, list) and name == "target" and getattr(param, "nargs", 1) == -1:
-        return [str(v) for v in value]  # several targets (`mcd compare A B`)
+    if name == "target" and getattr(param, "nargs", 1) == -1:  # `mcd compare A [B ...]`
+        # One name, as a record's `config` holds it, is a list of one target.
+        if isinstance(value, list):
+            return [str(v) for v in value]
+        if isinstance(value, str):
+            return [value]
     if isinstance(value, list):
         value = ",".join(str(v) for v in value)
     if value is None or isinstance(value, (dict, list)):
@@ -132,9 +136,48 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
         for key, value in PRESETS[preset].items():
             if values.get(key) is None:
                 values[key] = value
+    policy_or_method(values, names)
     estimation_defaults(values, names)
     start_runtime(values)  # before `auto` values ask JAX for its devices
     return _automatic(ctx, values)
+
+
+# Options that choose the estimation method: any of them given (by flag, --config or --preset) fixes
+# the method and turns the default policy off (`run.policy`); sizes (--samples, --steps, --seed) do not.
+METHOD_OPTIONS = (
+    "backward", "iterations", "max_iterations", "resample", "refine", "refine_steps", "schedule", "learn_schedule",
+    "target_ess", "load", "adaptive", "stage", "train_stage",
+)
+
+
+def policy_or_method(values: dict, names: set) -> None:
+    """`values["policy"]`: a `run.Policy` for the commands that take --max-se when no method option
+    was given, else None (and --max-se/--time-limit are refused as having nothing to act on)."""
+    from mcd_cli import run
+
+    if "max_se" not in names:
+        return
+    fixed = [name for name in METHOD_OPTIONS if values.get(name) not in (None, False)]
+    limit = values.get("time_limit")
+    if fixed:
+        values["policy"] = None
+        for name in ("max_se", "time_limit"):
+            if values.get(name) is not None:
+                flag = "--" + fixed[0].replace("_", "-")
+                raise UsageError(
+                    f"--{name.replace('_', '-')} steers the default policy, which {flag} turns off (it fixes the "
+                    f"method); drop one"
+                )
+        return
+    try:
+        seconds = None if limit is None else run.parse_duration(limit)
+        values["policy"] = run.Policy(
+            max_se=run.DEFAULT_MAX_SE if values.get("max_se") is None else float(values["max_se"]),
+            time_limit=seconds,
+        )
+    except ValueError as err:
+        flag = "--time-limit" if "duration" in str(err) else "--max-se"
+        raise UsageError(f"{flag}: {err}") from None
 
 
 def estimation_defaults(values: dict, names: set) -> None:
@@ -318,6 +361,8 @@ def run_plan(loaded: LoadedTarget, sconf: SamplerConfig, tconf: TrainConfig, val
         target_data=str(loaded.data) if loaded.data is not None else None,
         devices=devices.parse_count(values.get("devices")),
         model_index=values.get("model_index"),
+        stage=values.get("stage"),
+        train_stage=values.get("train_stage"),
         **extra,
     )
 

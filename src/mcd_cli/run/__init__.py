@@ -8,11 +8,12 @@ goes through the small `Progress` protocol, which the CLI implements with rich.
 Modules: `defaults` (the library's defaults and the estimation method), `plan` (`RunPlan`, keys,
 sizes), `memory`, `validate`, `start` (initial distribution and pilot), `fit` (checkpointed
 training), `smc_kernels` (the SMC kernels of a configuration, and the SMC run), `estimate` (the
-estimators), `execute`.
+estimators), `policy` (the default: pilots choose the method and the effort), `execute`.
 """
 
 from mcd_cli.run.defaults import (
-    ACCELERATOR_BATCH, ACCELERATOR_UNROLL, ADAPTIVE_REFINE_STEPS, CPU_BATCH, DEFAULT_CHUNK, DEFAULT_POPULATIONS,
+    ACCELERATOR_BATCH, ACCELERATOR_UNROLL, ADAPTIVE_REFINE_STEPS, CPU_BATCH, DEFAULT_CHUNK, DEFAULT_MAX_SE,
+    DEFAULT_POPULATIONS, POLICY_START, POLICY_TRAINED,
     DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM, SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE,
     auto_batch_size, auto_unroll, method_defaults, population_size,
 )
@@ -28,6 +29,7 @@ from mcd_cli.run.fit import default_interrupt_dir
 # `smc_kernels` stays the module's name here (`run.smc_kernels.smc_kernels(sconf)` the function).
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, run_smc, stationarity_moves
 from mcd_cli.run.estimate import estimate_populations, estimate_smc, smc_settings, stationarity_of
+from mcd_cli.run.policy import Effort, Policy, parse_duration, run_policy
 from mcd_cli.run.execute import execute
 
 __all__ = [name for name in dir() if not name.startswith("_")]

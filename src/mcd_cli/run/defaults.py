@@ -68,11 +68,13 @@ def auto_unroll(platform: Optional[str] = None) -> int:
 
 
 
-# The estimation method of `mcd estimate`, `mcd compare` and `execute` when no method option is
-# given: SMC with the kernels (resampling when ESS/N falls below SMC_RESAMPLE, SMC_REFINE_STEPS HMC
-# moves after each resampling), or, with the adaptive schedule, ADAPTIVE_REFINE_STEPS moves per
-# temperature. Why these values: docs/method.md, "Refinement" and "Adaptive tempering".
-# `SamplerConfig()` alone is the paper's importance sampling (resample 0), as is `--preset paper`.
+# The estimation method of `mcd estimate` when an option fixes the method but leaves these unset
+# (and of per-datum runs): SMC with the kernels (resampling when ESS/N falls below SMC_RESAMPLE,
+# SMC_REFINE_STEPS HMC moves after each resampling), or, with the adaptive schedule,
+# ADAPTIVE_REFINE_STEPS moves per temperature. Why these values: docs/method.md, "Refinement" and
+# "Adaptive tempering". `SamplerConfig()` alone is the paper's importance sampling (resample 0), as
+# are `mcd compare`'s estimator grid and `--preset paper`. With no method option at all, `mcd
+# estimate` runs the policy below.
 SMC_RESAMPLE = 0.5
 SMC_REFINE = "hmc"
 SMC_REFINE_STEPS = 5
@@ -97,3 +99,27 @@ def method_defaults(values: dict) -> None:
         values["refine"] = SMC_REFINE
     if values.get("refine_steps") is None and values.get("refine") not in (None, "none"):
         values["refine_steps"] = ADAPTIVE_REFINE_STEPS if adaptive else SMC_REFINE_STEPS
+
+
+# The estimation policy (`run.policy`). A run starts as adaptive tempered SMC from the safe start
+# (fast and robust on posteriors: docs/method.md, "The default policy") and each pilot's verdict
+# raises the effort it asks for: more HMC moves per temperature when the moves did not mix, a higher
+# conditional ESS (more temperatures) when the weights degenerate, larger populations when they
+# were too small to measure; MCD kernels trained on the fixed schedule, inside SMC (the paper's
+# method), when none of these is left to raise.
+POLICY_START = {"backward": "ais", "iterations": 0, "adaptive": True, "resample": SMC_RESAMPLE,
+                "refine": SMC_REFINE, "refine_steps": ADAPTIVE_REFINE_STEPS, "target_ess": 0.5}
+POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "resample": SMC_RESAMPLE,
+                  "refine": SMC_REFINE, "refine_steps": SMC_REFINE_STEPS, "target_ess": 0.5}
+POLICY_MAX_MOVES = 4 * ADAPTIVE_REFINE_STEPS  # moves per temperature, doubled up to this
+POLICY_TARGET_ESS = (0.5, 0.7)  # the conditional ESS/N steps a degenerate run climbs
+POLICY_MAX_POPULATION_FACTOR = 2  # populations grow (doubling) to this many times the default size
+POLICY_MAX_PILOTS = 4  # pilots before the final run: the cap on stages without --time-limit
+# The standard error (nats) the final run is sized for: a Bayes factor known to within about 10 %,
+# well inside the unit-nat steps in which evidence is read (Kass & Raftery 1995).
+DEFAULT_MAX_SE = 0.1
+# A pilot runs this many populations of the final run's size: the fewest for which the verdict can
+# be `ok` (stats.MIN_POPULATIONS), and the final run reuses the pilot's compiled population.
+PILOT_POPULATIONS = 4
+# The final run grows to reach max_se by at most this factor over --samples.
+MAX_FINAL_FACTOR = 8

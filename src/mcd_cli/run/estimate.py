@@ -15,7 +15,7 @@ from mcd_cli.run.plan import RunPlan, sharded_population, sharded_sizes
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, stationarity_moves
 from mcd_cli.stats import (
     Estimate, WeightSummary, merge_runs, mixing_verdict, population_verdict, smc_estimate, stationarity_verdict, summarize,
-    summarize_weights,
+    summarize_weights, with_rounding,
 )
 
 def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
@@ -214,5 +214,13 @@ def sequential_monte_carlo(plan: RunPlan, sharding: Optional[Any] = None) -> Est
 
 def estimator(plan: RunPlan, sharding: Optional[Any] = None) -> Estimator:
     """The plan's estimator: SMC when its sampler resamples, refines or tempers adaptively, else
-    importance sampling."""
-    return (sequential_monte_carlo if plan.sconf.smc else importance_sampling)(plan, sharding)
+    importance sampling; its standard error includes the rounding of the run's precision
+    (`stats.with_rounding`)."""
+    chosen = (sequential_monte_carlo if plan.sconf.smc else importance_sampling)(plan, sharding)
+    eps = float(np.finfo(np.float64 if plan.x64 else np.float32).eps)
+
+    def estimate(params: Any, target: Any, key: jax.Array, callback) -> Estimation:
+        result = chosen(params, target, key, callback)
+        return result._replace(estimate=with_rounding(result.estimate, eps))
+
+    return estimate

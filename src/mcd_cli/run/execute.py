@@ -22,31 +22,59 @@ from mcd_cli.errors import RunFailed
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.run.estimate import Estimation, Estimator, estimator
 from mcd_cli.run.fit import Fit, Fitted, fitter, saved_on_interrupt, trained_config
-from mcd_cli.run.plan import NoProgress, Progress, RunPlan, device_name, file_meta, root_key, sharded_plan
+from mcd_cli.run.plan import NoProgress, Progress, RunPlan, device_name, estimation_root, file_meta, sharded_plan
+from mcd_cli.run.policy import run_policy
 from mcd_cli.run.start import Start, start
 from mcd_cli.stats import combine_estimates
 
 
 def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
-    """Fits (or loads) and estimates `plan.repeats` times; returns the record.
+    """Fits (or loads) and estimates `plan.repeats` times; returns the record. With a `plan.policy`,
+    the policy chooses the method and the effort, running each stage through `execute` (`run.policy`).
 
     Raises:
         Interrupted: Ctrl-C during training or the estimate that follows it (the state was saved).
         RunFailed: the estimate could not be made (training diverged, no finite weight).
     """
     progress = progress or NoProgress()
+    if plan.policy is not None:
+        made: dict = {}
+        return run_policy(plan, progress, lambda stage, shown: _execute(stage, shown, made))
+    return _execute(plan, progress, {})
+
+
+def _execute(plan: RunPlan, progress: Progress, made: dict) -> RunRecord:
+    """`execute` of one plan. `made` keeps what the stages of a policy run share, each exactly what
+    making it again would give: the start (its keys are the root's, the same for every stage) and
+    the kernels a pilot trained, which its final run uses (`RunPlan.train_stage`)."""
     layout = devices.particle_layout(plan.devices)
     plan = sharded_plan(plan)
-    begin = start(plan, pilot=plan.load is None and trained_config(plan).iterations > 0)
+    pilot = plan.load is None and trained_config(plan).iterations > 0
+    begin = made[pilot] if pilot in made else made.setdefault(pilot, start(plan, pilot=pilot))
     fit, tconf = fitter(plan, begin.target, begin.step_sizes, layout.particles)
+    if plan.stage is not None:
+        fit = _shared(fit, made, (plan.train_stage if plan.train_stage is not None else plan.stage, plan.sconf, tconf))
     estimate = estimator(plan, layout.particles)
     repeats = [one_repeat(plan, begin.target, fit, estimate, r, progress) for r in range(plan.repeats)]
     return run_record(plan, begin, tconf, repeats, layout.count)
 
 
+def _shared(fit: Fit, made: dict, key: tuple) -> Fit:
+    """`fit`, made once per stage that trains: a later stage with the same training reuses it."""
+
+    def shared(key_init, repeat, progress):
+        if (key, repeat) not in made:
+            made[key, repeat] = fit(key_init, repeat, progress)
+        return made[key, repeat]
+
+    return shared
+
+
 def one_repeat(plan: RunPlan, target: Any, fit: Fit, estimate: Estimator, repeat: int, progress: Progress):
     """Repeat `repeat`: fit (and --save), then estimate; `(Fitted, Estimation, seconds)`."""
-    key_init, key_estimate = jax.random.split(jax.random.fold_in(root_key(plan.seed, plan.model_index), repeat))
+    key_init, key_estimate = jax.random.split(jax.random.fold_in(estimation_root(plan), repeat))
+    if plan.train_stage is not None:  # a policy's final run with the kernels its pilot trained
+        key_init, _ = jax.random.split(jax.random.fold_in(estimation_root(plan, plan.train_stage), repeat))
     fitted = fit(key_init, repeat, progress)
     if fitted.state is not None and plan.save is not None and devices.is_primary():
         checkpoint.save_params(plan.save, fitted.params, file_meta(plan))
@@ -103,4 +131,6 @@ def run_record(
         weights=tuple(e.weights for e in estimations if e.weights is not None),
         smc=tuple(e.smc for e in estimations if e.smc is not None),
         particles=plan.particles,
+        stage=plan.stage,
+        train_stage=plan.train_stage,
     )

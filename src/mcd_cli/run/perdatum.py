@@ -1,10 +1,10 @@
 """Per-datum evidence of a conditional target, as a library call: fit, then estimate every datum.
 
-`execute(plan, on_datum, progress)` returns the summary record and hands each datum's record to
-`on_datum` as soon as it is made (the command line prints it and appends it to `--output`), so the
-memory used does not grow with the number of data: the weights of one datum are reduced to its
-record before the next datum starts, and only the per-datum log Ẑ and standard errors (two numbers
-each) are kept for the summary.
+`execute(plan, on_datum, progress)` returns the summary record (`record.DataRecord`) and hands each
+datum's record (`record.DatumRecord`) to `on_datum` as soon as it is made (the command line prints
+it and appends it to `--output`), so the memory used does not grow with the number of data: the
+weights of one datum are reduced to its record before the next datum starts, and only the per-datum
+log Ẑ and standard errors (two numbers each) are kept for the summary.
 
 Two ways to fit:
 
@@ -49,13 +49,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from mcd_cli import amortised, annealing, checkpoint, devices, smc
-from mcd_cli._version import __version__
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError
-from mcd_cli.record import SCHEMA_VERSION, TargetInfo, datum_record, finite
+from mcd_cli.record import DataRecord, DatumRecord, TargetInfo, finite
 from mcd_cli.run.defaults import DEFAULT_CHUNK, population_size
 from mcd_cli.run.estimate import estimate_populations, smc_settings
-from mcd_cli.run.fit import Checkpoints, saved_on_interrupt
+from mcd_cli.run.fit import Checkpoints, saved_on_interrupt, trained_config
 from mcd_cli.run.plan import NoProgress, Progress, device_name
 from mcd_cli.run.smc_kernels import run_smc
 from mcd_cli.run.validate import validate_populations
@@ -258,7 +257,37 @@ class _SMCTotals:
         }
 
 
-def _finished(plan: PerDatumPlan) -> dict[int, dict]:
+class _Tally:
+    """What the summary keeps as the data are estimated: each datum's log Ẑ and standard error (two
+    numbers), the counts by status, the SMC running means, and the training and estimation totals."""
+
+    def __init__(self) -> None:
+        self.log_z: list[float] = []
+        self.stderr: list[float] = []
+        self.known: list[float] = []
+        self.counts = {"ok": 0, "warn": 0, "unreliable": 0, "failed": 0}
+        self.smc = _SMCTotals()
+        self.train_seconds, self.estimate_seconds, self.skipped, self.recoveries = 0.0, 0.0, 0, 0
+
+    def trained(self, params: Any, seconds: float, skipped: int, recoveries: int) -> Any:
+        """Counts one training (`_fit`'s result) and returns its parameters."""
+        self.train_seconds, self.skipped, self.recoveries = (
+            self.train_seconds + seconds, self.skipped + skipped, self.recoveries + recoveries
+        )
+        return params
+
+    def add(self, rec: DatumRecord) -> None:
+        if rec.smc is not None:
+            self.smc.add(rec.smc)
+        self.counts[rec.status] += 1
+        if rec.log_z is not None:
+            self.log_z.append(rec.log_z)
+            self.stderr.append(rec.log_z_stderr if rec.log_z_stderr is not None else rec.delta_stderr)
+            if rec.known_log_z is not None:
+                self.known.append(rec.known_log_z)
+
+
+def _finished(plan: PerDatumPlan) -> dict[int, DatumRecord]:
     """The records of the data a resumed run already estimated (from `DIR/data.jsonl`)."""
     if plan.checkpoint_dir is None or not plan.resume:
         return {}
@@ -268,16 +297,75 @@ def _finished(plan: PerDatumPlan) -> dict[int, dict]:
     records = {}
     for line in path.read_text().splitlines():
         try:
-            rec = json.loads(line)
-            records[int(rec["datum"])] = rec
+            rec = DatumRecord.from_dict(json.loads(line))
+            records[rec.datum] = rec
         except (ValueError, KeyError, TypeError):
             continue  # the fragment of a line cut short by a crash: that datum is estimated again
     return records
 
 
+def _datum(
+    plan: PerDatumPlan, params: Any, keys: tuple[jax.Array, jax.Array], index: int, x: np.ndarray, sharding: Any,
+    progress: Progress, tally: _Tally,
+) -> DatumRecord:
+    """Datum `index`'s record: its own training first when nothing was trained for all the data
+    (`params` None), then its estimate; appended to the checkpoint's data log."""
+    key_init, key_estimate = keys
+    if params is None:
+        params = tally.trained(*_fit(
+            plan, jax.random.fold_in(key_init, index), x[None], progress, f"training datum {index}",
+            Checkpoints(None, 0, None),
+        ))
+    known = known_log_z(plan.target, x)
+    t0 = time.perf_counter()
+    try:
+        with saved_on_interrupt(plan, 0):
+            est, diagnostics = _estimate_datum(plan, params, jax.random.fold_in(key_estimate, index), x, sharding)
+        rec = DatumRecord.of(index, est, known, smc=diagnostics)
+    except RunFailed as err:  # includes AllWeightsNonFinite
+        rec = DatumRecord.of(index, None, known, str(err))
+    tally.estimate_seconds += time.perf_counter() - t0
+    if plan.checkpoint_dir is not None and devices.is_primary():
+        checkpoint.append_line(Path(plan.checkpoint_dir) / DATA_LOG, json.dumps(rec.as_dict(), allow_nan=False))
+    return rec
+
+
+def _data_record(plan: PerDatumPlan, tally: _Tally) -> DataRecord:
+    """The summary record of the data `tally` counted; `RunFailed` when none gave a finite estimate."""
+    target, s, t = plan.target, plan.sconf, plan.tconf
+    if not tally.log_z:
+        raise RunFailed(
+            f"no datum of '{target.name}' gave a finite estimate; train longer, use more steps, or check "
+            "the target's log_density(z, x)"
+        )
+    summary = summarize_data(tally.log_z, tally.stderr)
+    known = tally.known
+    return DataRecord(
+        target=TargetInfo.of(target, plan.target_spec, None, plan.target_args, None, plan.target_data),
+        sampler=s,
+        training=t,
+        amortise=bool(plan.amortise),
+        data_index=(int(target.indices[0]), int(target.indices[-1]) + 1),
+        num_data=target.num_data,
+        summary=summary,
+        known_mean_log_z=finite(float(np.mean(known))) if len(known) == summary.num_data else None,
+        counts=dict(tally.counts),
+        num_samples=plan.num_samples,
+        smc=tally.smc.section(s, plan.population, plan.num_samples // plan.population) if s.smc else None,
+        data_batch=amortised.batch_shape(target.num_data if plan.amortise else 1, t.batch_size, plan.data_batch)[0],
+        skipped_steps=tally.skipped,
+        recoveries=tally.recoveries,
+        train_seconds=tally.train_seconds,
+        estimate_seconds=tally.estimate_seconds,
+        seed=plan.seed,
+        device=device_name(),
+        x64=plan.x64,
+    )
+
+
 def execute(
-    plan: PerDatumPlan, on_datum: Callable[[dict], None], progress: Optional[Progress] = None
-) -> dict:
+    plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Optional[Progress] = None
+) -> DataRecord:
     """Fits and estimates every datum of `plan.target`; returns the summary record (docs/json.md).
 
     With adaptive tempering nothing is trained (its moves are Metropolis moves): `iterations` is
@@ -285,100 +373,22 @@ def execute(
     resumed run had finished).
     """
     progress = progress or NoProgress()
-    target, s, t = plan.target, plan.sconf, plan.tconf
-    if s.adaptive and t.iterations:
-        t = dataclasses.replace(t, iterations=0)
-        plan = dataclasses.replace(plan, tconf=t)
+    plan = dataclasses.replace(plan, tconf=trained_config(plan))
     layout = devices.particle_layout(plan.devices)
     sharding = layout.particles if layout.count > 1 else None
     key_init, key_estimate = jax.random.split(jax.random.fold_in(jax.random.key(plan.seed), 0))
-    train_seconds, estimate_seconds, skipped, recoveries = 0.0, 0.0, 0, 0
-    params = None
-    if plan.amortise or t.iterations == 0:
-        params, train_seconds, skipped, recoveries = _fit(
-            plan, key_init, target.data, progress, "training (amortised)", Checkpoints.of(plan, 0)
-        )
-    log_z, stderr, counts, known = [], [], {"ok": 0, "warn": 0, "unreliable": 0, "failed": 0}, []
-    smc_totals = _SMCTotals()
+    tally, params = _Tally(), None
+    if plan.amortise or plan.tconf.iterations == 0:
+        params = tally.trained(*_fit(
+            plan, key_init, plan.target.data, progress, "training (amortised)", Checkpoints.of(plan, 0)
+        ))
     finished = _finished(plan)
-    data_log = None if plan.checkpoint_dir is None else Path(plan.checkpoint_dir) / DATA_LOG
-    callback = progress.estimation("estimating", total=target.num_data)
-    for done, (index, x) in enumerate(zip(target.indices, target.data)):
-        index = int(index)
-        rec = finished.get(index)
+    callback = progress.estimation("estimating", total=plan.target.num_data)
+    for done, (index, x) in enumerate(zip(plan.target.indices, plan.target.data)):
+        rec = finished.get(int(index))
         if rec is None:
-            if params is None:
-                datum_params, seconds, sk, rc = _fit(
-                    plan, jax.random.fold_in(key_init, index), x[None], progress, f"training datum {index}",
-                    Checkpoints(None, 0, None),
-                )
-                train_seconds, skipped, recoveries = train_seconds + seconds, skipped + sk, recoveries + rc
-            else:
-                datum_params = params
-            known_i = known_log_z(target, x)
-            t0 = time.perf_counter()
-            try:
-                with saved_on_interrupt(plan, 0):
-                    est, diagnostics = _estimate_datum(
-                        plan, datum_params, jax.random.fold_in(key_estimate, index), x, sharding
-                    )
-                rec = datum_record(index, est, known_i, smc=diagnostics)
-            except RunFailed as err:  # includes AllWeightsNonFinite
-                rec = datum_record(index, None, known_i, str(err))
-            estimate_seconds += time.perf_counter() - t0
-            if data_log is not None and devices.is_primary():
-                checkpoint.append_line(data_log, json.dumps(rec, allow_nan=False))
+            rec = _datum(plan, params, (key_init, key_estimate), int(index), x, sharding, progress, tally)
             on_datum(rec)
-        if rec.get("smc") is not None:
-            smc_totals.add(rec["smc"])
-        counts[rec["status"]] += 1
-        if rec["log_z"] is not None:
-            log_z.append(rec["log_z"])
-            stderr.append(rec["log_z_stderr"] if rec["log_z_stderr"] is not None else rec["delta_stderr"])
-            if rec["known_log_z"] is not None:
-                known.append(rec["known_log_z"])
-        callback(done + 1, target.num_data)
-    if not log_z:
-        raise RunFailed(
-            f"no datum of '{target.name}' gave a finite estimate; train longer, use more steps, or check "
-            "the target's log_density(z, x)"
-        )
-    summary = summarize_data(log_z, stderr)
-    info = TargetInfo.of(target, plan.target_spec, None, plan.target_args, None, plan.target_data)
-    return {
-        "record": "summary",
-        "schema_version": SCHEMA_VERSION,
-        "target": info.name,
-        "dim": info.dim,
-        "target_info": dataclasses.asdict(info),
-        "label": s.label,
-        "sampler": s.sampler,
-        "backward": s.backward,
-        "steps": None if s.adaptive else s.steps,
-        "amortise": bool(plan.amortise),
-        "data_index": [int(target.indices[0]), int(target.indices[-1]) + 1],
-        "num_data": target.num_data,
-        "num_estimated": summary.num_data,
-        "mean_log_z": finite(summary.mean),
-        "mc_stderr": finite(summary.mc_stderr),
-        "data_stderr": finite(summary.data_stderr),
-        "known_mean_log_z": finite(float(np.mean(known))) if len(known) == summary.num_data else None,
-        "counts": counts,
-        "not_ok": counts["warn"] + counts["unreliable"] + counts["failed"],
-        "num_samples": plan.num_samples,
-        "smc": smc_totals.section(s, plan.population, plan.num_samples // plan.population) if s.smc else None,
-        "iterations": t.iterations,
-        "batch_size": t.batch_size,
-        "data_batch": amortised.batch_shape(target.num_data if plan.amortise else 1, t.batch_size, plan.data_batch)[0],
-        "lr": t.lr,
-        "skipped_steps": skipped,
-        "recoveries": recoveries,
-        "train_seconds": round(train_seconds, 3),
-        "estimate_seconds": round(estimate_seconds, 3),
-        "seed": plan.seed,
-        "sampler_config": dataclasses.asdict(s),
-        "train_config": dataclasses.asdict(t),
-        "device": device_name(),
-        "precision": "float64" if plan.x64 else "float32",
-        "version": __version__,
-    }
+        tally.add(rec)
+        callback(done + 1, plan.target.num_data)
+    return _data_record(plan, tally)

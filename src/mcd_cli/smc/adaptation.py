@@ -87,7 +87,7 @@ def build_refine(
     """The refinement as a value `(population, key, β) -> (population, acceptance, ε used)`.
 
     `refine_population` is looked up in this module when the refinement runs, so a study may swap
-    it for a variant (benchmarks/refine_adaptation.py).
+    it for a variant (benchmarks/results/estimators.md, module refine_adaptation).
     """
     def refine(pop: Population, key: jax.Array, beta: jax.Array):
         return refine_population(pop, key, beta, kernel, path, evaluate, settings, adapt, sharding)

@@ -37,13 +37,23 @@ def move_correlation(before: jax.Array, after: jax.Array, log_w: jax.Array) -> j
         >>> x = jax.random.normal(jax.random.key(0), (1000, 3))
         >>> float(move_correlation(x, x, jnp.zeros(1000)))
         1.0
+        >>> float(move_correlation(jnp.zeros((1000, 3)), x, jnp.zeros(1000)))  # collapsed, then exact draws
+        0.0
     """
     w = normalised(log_w)[:, None]
     a = before - jnp.sum(w * before, axis=0)
     b = after - jnp.sum(w * after, axis=0)
     cov = jnp.sum(w * a * b, axis=0)
+    # A variance below the rounding of the coordinate's values (64 units in the last place of its
+    # root mean square) is a population at one value.
+    eps = (64 * jnp.finfo(a.dtype).eps) ** 2
+    spread_a = jnp.sum(w * a * a, axis=0) > eps * jnp.sum(w * before * before, axis=0)
+    spread_b = jnp.sum(w * b * b, axis=0) > eps * jnp.sum(w * after * after, axis=0)
     scale = jnp.sqrt(jnp.sum(w * a * a, axis=0) * jnp.sum(w * b * b, axis=0))
-    return jnp.mean(jnp.where(scale > 0, cov / jnp.where(scale > 0, scale, 1.0), 1.0))
+    correlation = cov / jnp.where(spread_a & spread_b, scale, 1.0)
+    # A coordinate at one value before and spread after was moved as far as it can be (a collapsed
+    # population after an exact move): 0. One that ends at one value did not mix: 1.
+    return jnp.mean(jnp.where(spread_a & spread_b, correlation, jnp.where(spread_b, 0.0, 1.0)))
 
 
 def stationarity_moves(refine_steps: int) -> int:

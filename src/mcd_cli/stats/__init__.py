@@ -28,6 +28,7 @@ from mcd_cli.stats.importance import (
     Status,
     delta_stderr_uncertainty,
     ess_floor,
+    with_rounding,
     summarize,
     verdict,
     worst,
@@ -67,5 +68,5 @@ __all__ = [
     "delta_stderr_uncertainty", "ess_floor", "genealogy_relative_variance", "merge_runs", "mixing_verdict",
     "pareto_k", "pareto_k_limit", "population_spread", "population_verdict", "scoped", "smc_estimate",
     "stationarity_verdict", "stderr_disagreement", "summarize", "summarize_data", "summarize_weights",
-    "tail_length", "verdict", "worst",
+    "tail_length", "verdict", "with_rounding", "worst",
 ]

@@ -29,6 +29,13 @@ PARETO_K_BAD = 0.7
 # length rule reaches 5 at N = 21); with fewer the GPD has nothing to fit, and k̂ = inf.
 PARETO_MIN_TAIL = 5
 
+# Weights equal to float precision are the best case (a proposal equal to the target), not a tail
+# too short to fit: log weights computed in float32 from densities of size |log w| differ by a few
+# units in the last place (2^-23 |log w|). Tail log weights within 64 such units, relative to
+# max(1, |log w|), count as one point mass: k̂ = −inf. A tail that narrow moves log Ẑ by less than
+# the rounding of the log weights themselves.
+EQUAL_WEIGHTS_RTOL = 2.0**-17
+
 
 def _log1mexp(a: np.ndarray) -> np.ndarray:
     """`log(1 − e^a)` for `a ≤ 0`, accurate at both ends (Mächler 2012); −inf at a = 0."""
@@ -103,8 +110,8 @@ def pareto_k(log_w: np.ndarray) -> float:
     Returns:
         k̂; `inf` when there are fewer than `PARETO_MIN_TAIL` distinct weights above the cutoff
         (too few to fit, e.g. one or two dominant weights, or N < 21); `−inf` when the M + 1
-        largest weights are all equal: the exceedances are a point mass at 0, the limit of a
-        GPD as k → −∞ (e.g. constant weights).
+        largest weights are all equal, to float precision (`EQUAL_WEIGHTS_RTOL`): the exceedances
+        are a point mass at 0, the limit of a GPD as k → −∞ (e.g. a proposal equal to the target).
 
     Raises:
         ValueError: on NaN or +inf log weights (`summarize` drops and counts them first).
@@ -112,6 +119,8 @@ def pareto_k(log_w: np.ndarray) -> float:
     Example:
         >>> pareto_k(np.zeros(100)), pareto_k(np.r_[np.zeros(99), 50.0])
         (-inf, inf)
+        >>> pareto_k(np.float32(-496.6) + np.arange(100) * np.spacing(np.float32(496.6)))  # float32 rounding
+        -inf
     """
     lw = np.asarray(log_w, dtype=np.float64).ravel()
     if np.any(np.isnan(lw) | (lw == np.inf)):
@@ -122,6 +131,8 @@ def pareto_k(log_w: np.ndarray) -> float:
         return float("inf")
     lw = np.sort(lw)
     cutoff = lw[-tail_len - 1]
+    if lw[-1] - cutoff <= EQUAL_WEIGHTS_RTOL * max(1.0, abs(lw[-1])):  # also all −inf: nan, not ≤
+        return float("-inf")
     tail = lw[-tail_len:]
     tail = tail[tail > cutoff]
     if tail.size == 0:

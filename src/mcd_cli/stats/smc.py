@@ -20,6 +20,10 @@ from mcd_cli.stats.importance import ESS_MIN, Estimate, Status, summarize, worst
 from mcd_cli.stats.reasons import Reason, scoped
 from mcd_cli.stats.repeats import STDERR_DISAGREE_Z
 
+# Eight units in the last place of a float32 log weight, relative to |log Ẑ|: standard errors
+# smaller than this are below the resolution of the log weights they come from.
+STDERR_RESOLUTION = 2.0**-20
+
 # Independent SMC populations are replicates of the estimator: from this many on, the spread of
 # their Ẑ is a standard error (the genealogy one collapses in long runs, and is biased low near
 # collapse: measured at d = 200 in docs/method.md).
@@ -192,7 +196,12 @@ def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
     if j >= MIN_POPULATIONS and finite:
         spread, spread_u = population_spread(log_z)
         if genealogy_valid:
-            if abs(spread - genealogy) > STDERR_DISAGREE_Z * math.hypot(spread_u, genealogy_u) and spread > genealogy:
+            # Below the rounding of float32 log weights both are noise, however precisely they seem
+            # to disagree (equal weights): the larger is reported, without a warning.
+            resolved = spread > STDERR_RESOLUTION * max(1.0, abs(top))
+            if spread > genealogy and not resolved:
+                headline, method, uncertainty = spread, "replicates", spread_u
+            elif abs(spread - genealogy) > STDERR_DISAGREE_Z * math.hypot(spread_u, genealogy_u) and spread > genealogy:
                 headline, method, uncertainty = spread, "replicates", spread_u
                 reasons.append(
                     Reason("stderr_spread_larger", {"genealogy": genealogy, "spread": spread, "populations": j})

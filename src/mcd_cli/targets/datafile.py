@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from mcd_cli.targets.base import TargetError
+from mcd_cli.targets.validate import require_mapping, require_readable
 
 DATA_SUFFIXES = (".npz", ".csv", ".json")
 
@@ -71,10 +72,7 @@ def _read_json(path: Path, display: str) -> dict[str, np.ndarray]:
         raise TargetError(f"{display} is not a JSON text file (it is not UTF-8 text)") from None
     except json.JSONDecodeError as err:
         raise TargetError(f"{display} line {err.lineno}: not valid JSON: {err.msg}") from None
-    if not isinstance(value, dict):
-        raise TargetError(
-            f"{display} must hold one JSON object of name -> array, e.g. {{\"y\": [1, 0, 1]}}"
-        )
+    value = require_mapping(value, display, 'hold one JSON object of name -> array, e.g. {"y": [1, 0, 1]}')
     return {str(name): _array(v, str(name), display) for name, v in value.items()}
 
 
@@ -167,15 +165,7 @@ def read_data(path: str | Path) -> dict[str, np.ndarray]:
         raise TargetError(
             f"{display}: a data file must be .npz, .csv or .json, got {path.suffix or 'no extension'!r}"
         )
-    if path.is_dir():
-        raise TargetError(f"{display} is a directory, not a data file (.npz, .csv or .json)")
-    if not path.exists():
-        raise TargetError(f"data file not found: {display}")
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as err:
-        raise TargetError(f"cannot read data file {display}: {err.strerror or err}") from None
+    require_readable(path, display, "data", ".npz, .csv or .json")
     suffix = path.suffix.lower()
     if suffix == ".npz":
         data = _read_npz(path, display)

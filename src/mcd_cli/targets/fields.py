@@ -11,6 +11,7 @@ import numbers
 from typing import Any, Mapping, Optional
 
 from mcd_cli.targets.base import LogDensity, Target, TargetError
+from mcd_cli.targets.validate import probe
 
 INITIAL_KEYS = ("mean", "scale")
 
@@ -98,3 +99,24 @@ def build(
         )
     except TargetError as err:
         raise TargetError(f"{display}: {err}") from None
+
+
+def build_from_file(
+    log_density: LogDensity, dim: Any, display: str, path: Any, fields: Mapping[str, Any], **kwargs: Any
+) -> Target:
+    """`build` for a target a file defines: `initial`, `log_z` and `name` come from the file's
+    `fields`, the file's stem is the default name, and the density is probed at a few points so
+    that a broken file fails here, naming itself."""
+    target = build(
+        log_density,
+        dim,
+        display,
+        initial=fields.get("initial"),
+        log_z=fields.get("log_z"),
+        name=fields.get("name"),
+        default_name=path.stem,
+        source=str(path),
+        **kwargs,
+    )
+    probe(target.log_density, target.dim, display, [str(path)])
+    return target

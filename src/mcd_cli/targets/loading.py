@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.bundled import bundled_files, find_bundled
-from mcd_cli.targets.pyfile import load_python
+from mcd_cli.targets.pyfile import from_module, import_file
+from mcd_cli.targets.validate import require_readable
 from mcd_cli.targets.yamlfile import load_yaml_text
 
 PYTHON_SUFFIXES = (".py",)
@@ -32,42 +32,6 @@ def _no_model_inputs(display: str, model: Optional[str], data: Optional[Mapping[
             f"{display} is a YAML target and takes no {given}; model names and data files apply to "
             "NumPyro model files (.py)"
         )
-
-
-def _load_file(
-    path: Path,
-    params: Optional[Mapping[str, str]],
-    display: str,
-    model: Optional[str] = None,
-    data: Optional[Mapping[str, Any]] = None,
-) -> Target:
-    if path.is_dir():
-        raise TargetError(f"{display} is a directory, not a target file (.py, .yaml or .yml)")
-    if not path.exists():
-        raise TargetError(f"target file not found: {display}")
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as err:
-        reason = "permission denied" if err.errno == errno.EACCES else (err.strerror or str(err))
-        raise TargetError(f"cannot read {display}: {reason}") from None
-    if path.suffix in PYTHON_SUFFIXES:
-        return load_python(path, params, display=display, model=model, data=data)
-    if path.suffix in YAML_SUFFIXES:
-        _no_model_inputs(display, model, data)
-        text = _read_text(path, display)
-        return load_yaml_text(
-            text,
-            display,
-            path.resolve().parent,
-            params,
-            default_name=path.stem,
-            source=str(path.resolve()),
-        )
-    raise TargetError(
-        f"{display}: a target file must be Python (.py) or YAML (.yaml, .yml), "
-        f"got {path.suffix or 'no extension'!r}"
-    )
 
 
 def load_target(
@@ -111,16 +75,28 @@ def load_target(
         return load_yaml_text(
             stdin_text, "<stdin>", Path.cwd(), params, default_name="stdin", source="<stdin>"
         )
-    path = Path(spec).expanduser()
+    path, display = Path(spec).expanduser(), spec
     bundled = find_bundled(spec)
-    if path.suffix or "/" in spec or "\\" in spec or (bundled is None and path.exists()):
-        return _load_file(path, params, spec, model, data)
-    if bundled is None:
-        names = ", ".join(bundled_files()) or "none installed"
-        raise TargetError(
-            f"no target file or bundled target named {spec!r}; give a .py or .yaml path, or one of: {names}"
+    if not (path.suffix or "/" in spec or "\\" in spec or (bundled is None and path.exists())):
+        if bundled is None:
+            names = ", ".join(bundled_files()) or "none installed"
+            raise TargetError(
+                f"no target file or bundled target named {spec!r}; give a .py or .yaml path, or one of: {names}"
+            )
+        path, display = bundled, bundled.name
+    require_readable(path, display, "target", ".py, .yaml or .yml")
+    if path.suffix in PYTHON_SUFFIXES:
+        return from_module(import_file(path, display), params, display, model=model, data=data)
+    if path.suffix in YAML_SUFFIXES:
+        _no_model_inputs(display, model, data)
+        text = _read_text(path, display)
+        return load_yaml_text(
+            text, display, path.resolve().parent, params, default_name=path.stem, source=str(path.resolve())
         )
-    return _load_file(bundled, params, bundled.name, model, data)
+    raise TargetError(
+        f"{display}: a target file must be Python (.py) or YAML (.yaml, .yml), "
+        f"got {path.suffix or 'no extension'!r}"
+    )
 
 
 def bundled_targets() -> list[dict]:

@@ -39,8 +39,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from mcd_cli.targets.base import Target, TargetError
-from mcd_cli.targets.fields import build
-from mcd_cli.targets.validate import one_line, probe, where
+from mcd_cli.targets.fields import build_from_file
+from mcd_cli.targets.validate import one_line, where
 
 DEFAULT_MODEL = "model"
 INSTALL_HINT = "pip install 'mcd-cli[numpyro]'"
@@ -380,23 +380,15 @@ def from_module(
         doc = (module.__doc__ or "").strip().splitlines()
         sites = ", ".join(density.latent_shapes)
         description = doc[0] if doc else f"NumPyro model {model_name}, latents {sites} (d = {density.dim})"
-    target = build(
+    return build_from_file(
         density,
         density.dim,
         display,
-        initial=fields.get("initial"),
-        log_z=fields.get("log_z"),
-        name=fields.get("name"),
+        path,
+        fields,
         description=description,
-        default_name=path.stem,
-        params={
-            "model": model_name,
-            "data": {k: describe_value(v) for k, v in kwargs.items()},
-        },
-        source=str(path),
+        params={"model": model_name, "data": {k: describe_value(v) for k, v in kwargs.items()}},
     )
-    probe(target.log_density, target.dim, display, [str(path)])
-    return target
 
 
 def is_model_target(target: Union[Target, ModelDensity]) -> bool:

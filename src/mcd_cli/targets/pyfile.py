@@ -31,10 +31,10 @@ from typing import Any, Iterator, Mapping, Optional
 from mcd_cli.targets import numpyro_model
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.targets.base import Target, TargetError
-from mcd_cli.targets.fields import build
+from mcd_cli.targets.fields import build_from_file
 from mcd_cli.targets.numpyro_model import missing_numpyro
 from mcd_cli.targets.params import bind_params, declared_params
-from mcd_cli.targets.validate import one_line, probe, where
+from mcd_cli.targets.validate import one_line, where
 
 RESULT_KEYS = ("log_density", "dim", "log_z", "initial", "name", "description")
 
@@ -306,41 +306,7 @@ def from_module(
         description = fields.get("description")
         if description is None and doc:
             description = doc[0]
-        target = build(
-            fields["log_density"],
-            fields["dim"],
-            display,
-            initial=fields.get("initial"),
-            log_z=fields.get("log_z"),
-            name=fields.get("name"),
-            description=description,
-            default_name=path.stem,
-            params=bound,
-            source=str(path),
+        target = build_from_file(
+            fields["log_density"], fields["dim"], display, path, fields, description=description, params=bound
         )
-        probe(target.log_density, target.dim, display, [path])
     return target
-
-
-def load_python(
-    path: Path,
-    params: Optional[Mapping[str, Any]] = None,
-    display: Optional[str] = None,
-    *,
-    model: Optional[str] = None,
-    data: Optional[Mapping[str, Any]] = None,
-) -> Target:
-    """Imports a Python target file and builds its `Target`.
-
-    Args:
-        path: the `.py` file.
-        params: values for `make_target`'s parameters (strings are converted by the default's type).
-        display: how to name the file in messages (default: the path).
-        model: the name of the NumPyro model function in the file (default `model`).
-        data: arrays bound to the NumPyro model's keyword arguments by name.
-
-    Raises:
-        TargetError: with a one-line message, for every way the file can be unusable.
-    """
-    display = display or str(path)
-    return from_module(import_file(path, display), params, display, model=model, data=data)

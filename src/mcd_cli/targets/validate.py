@@ -7,7 +7,9 @@ naming the file and line where the user's code went wrong.
 
 from __future__ import annotations
 
+import errno
 import os
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Iterable, Optional
 
@@ -115,3 +117,25 @@ def probe(log_density: LogDensity, dim: int, display: str, files: Iterable[str] 
         raise TargetError(
             f"{display}: log_density must return a floating-point number, got dtype {out.dtype}"
         )
+
+
+def require_readable(path: Path, display: str, kind: str, suffixes: str) -> None:
+    """Raises a one-line `TargetError` unless `path` is a readable file; `kind` names what the file
+    should be ("target", "data") and `suffixes` the extensions it may have."""
+    if path.is_dir():
+        raise TargetError(f"{display} is a directory, not a {kind} file ({suffixes})")
+    if not path.exists():
+        raise TargetError(f"{kind} file not found: {display}")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as err:
+        reason = "permission denied" if err.errno == errno.EACCES else (err.strerror or str(err))
+        raise TargetError(f"cannot read {display}: {reason}") from None
+
+
+def require_mapping(value: Any, display: str, should: str) -> dict:
+    """`value` if it is a mapping, else a one-line `TargetError`: "`display` must `should`"."""
+    if not isinstance(value, dict):
+        raise TargetError(f"{display} must {should}")
+    return value

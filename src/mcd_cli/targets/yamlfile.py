@@ -30,7 +30,7 @@ from mcd_cli.targets.families import FAMILIES, PATH_PARAMETERS
 from mcd_cli.targets.fields import build, parse_log_z
 from mcd_cli.targets.params import bind_params, declared_params
 from mcd_cli.targets.pyfile import declared, from_module, import_file
-from mcd_cli.targets.validate import one_line
+from mcd_cli.targets.validate import one_line, require_mapping
 
 KEYS = ("family", "python", "params", "initial", "log_z", "name", "description")
 
@@ -56,11 +56,9 @@ def parse_yaml(text: str, display: str) -> dict:
         raise TargetError(f"{display} line {line}: malformed YAML: {err.problem or err.context}") from None
     except yaml.YAMLError as err:
         raise TargetError(f"{display} is not a YAML text file: {str(err).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise TargetError(
-            f"{display} must be a YAML mapping with keys {', '.join(KEYS)} (got {type(data).__name__}); "
-            "see docs/targets.md"
-        )
+    require_mapping(
+        data, display, f"be a YAML mapping with keys {', '.join(KEYS)} (got {type(data).__name__}); see docs/targets.md"
+    )
     for key in data:
         if key not in KEYS:
             raise TargetError(f"{display}: unknown key {key!r}; allowed keys: {', '.join(KEYS)}")

@@ -1,0 +1,322 @@
+"""The estimation policy: pilot runs choose the effort, a fresh run at that effort estimates.
+
+When no option fixes the method, a run starts as adaptive tempered SMC (`defaults.POLICY_START`)
+and makes a small *pilot* run, with its own key. Its verdict decides what comes next: `ok` takes
+the effort, anything else raises the part of it that the verdict's reasons point at (`escalate`),
+and another pilot measures again, up to `POLICY_MAX_PILOTS`. A *final* run, with its own key, is
+then made at the chosen effort, with enough particles for the standard error to reach `max_se`
+(from the pilot's, which falls as 1/√N). The final run's estimate is reported with the verdict it
+earns, whatever that is.
+
+Why pilots, not "stop at the first `ok` run": the decision where to stop is made on runs whose
+random numbers the reported estimate does not share, so it selects an effort, never an estimate
+(a run kept because it came out `ok` would be selected by its own verdict, which biases the
+coverage of its error bar). The argument and its measurement: docs/method.md, "The default policy".
+
+Every stage is a complete run (`execute` of a `RunPlan` with `stage` set). Without a time limit
+the stages are a pure function of the seed; with one, the record lists the stages that ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable, Optional
+
+from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.errors import Interrupted, RunFailed
+from mcd_cli.run.defaults import (
+    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_MAX_MOVES, POLICY_MAX_PILOTS,
+    POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED, population_size,
+)
+from mcd_cli.run.plan import Progress, RunPlan
+
+# What a pilot's reasons ask for. The moves did not mix: more moves per temperature.
+MIXING = frozenset({"moves_barely_move", "not_at_equilibrium"})
+# The weights degenerate between temperatures: more temperatures (a higher conditional ESS).
+DEGENERATE = frozenset({"pareto_k_high", "pareto_k_warn", "pareto_k_unfittable", "gap_unreliable", "gap_warn"})
+# A population too small to measure itself or to keep its lineages: larger populations.
+SMALL = frozenset({
+    "too_few_samples", "ess_low", "ess_rough", "genealogy_collapsed", "genealogy_negative", "populations_collapsed",
+    "stderr_spread_larger", "stderr_from_spread", "populations_scatter", "nonfinite_weights",
+})
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `1.5m`, `2h` or `1d`; ValueError with what is wrong.
+
+    Example:
+        >>> parse_duration("90s"), parse_duration("10m"), parse_duration("2")
+        (90.0, 600.0, 2.0)
+    """
+    value = str(text).strip().lower()
+    number, unit = (value[:-1], value[-1]) if value[-1:] in _UNITS else (value, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise ValueError(f"a duration is a number with s, m, h or d, such as 90s or 10m; got {text!r}") from None
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"a duration must be positive, got {text!r}")
+    return seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """What the default policy aims at and may spend.
+
+    Attributes:
+        max_se: the standard error (nats) the final run is sized to reach.
+        time_limit: seconds the whole run may take (None: no limit; `max_pilots` bounds it).
+        max_pilots: pilots before the final run.
+    """
+
+    max_se: float = DEFAULT_MAX_SE
+    time_limit: Optional[float] = None
+    max_pilots: int = POLICY_MAX_PILOTS
+
+    def __post_init__(self):
+        if not (self.max_se > 0 and math.isfinite(self.max_se)):
+            raise ValueError(f"max_se must be a positive number of nats, got {self.max_se}")
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise ValueError(f"time_limit must be positive, got {self.time_limit}")
+        if self.max_pilots < 1:
+            raise ValueError(f"max_pilots must be at least 1, got {self.max_pilots}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Effort:
+    """How hard one stage works: moves per temperature, the conditional ESS each temperature aims
+    at, particles per population, and whether the kernels are trained MCD ones (`POLICY_TRAINED`)."""
+
+    moves: int
+    target_ess: float
+    population: int
+    trained: bool = False
+
+    def describe(self) -> str:
+        if self.trained:
+            return f"trained MCD in SMC, populations of {self.population}"
+        return f"adaptive SMC, {self.moves} moves, ESS {self.target_ess:g}, populations of {self.population}"
+
+    def configs(self, sconf: SamplerConfig, tconf: TrainConfig) -> tuple[SamplerConfig, TrainConfig]:
+        """The sampler and training settings of this effort over the sizes of `sconf`/`tconf`."""
+        settings = dict(POLICY_TRAINED if self.trained else POLICY_START)
+        iterations = settings.pop("iterations")
+        if not self.trained:
+            settings.update(refine_steps=self.moves, target_ess=self.target_ess)
+        return dataclasses.replace(sconf, **settings), dataclasses.replace(tconf, iterations=iterations)
+
+
+def first_effort(plan: RunPlan) -> Effort:
+    """The effort a run starts at: `POLICY_START`, in populations of the run's default size."""
+    population = population_size(plan.num_samples, plan.particles, plan.target.dim)
+    return Effort(POLICY_START["refine_steps"], POLICY_START["target_ess"], population)
+
+
+def escalate(effort: Effort, codes: set, plan: RunPlan) -> tuple[Optional[Effort], str]:
+    """The next effort after a pilot whose verdict gave the reason `codes`, and why; None when
+    nothing is left to raise. Each family of reasons raises its own part (moves for poor mixing,
+    the conditional ESS for degenerate weights, the population for runs too small to measure
+    themselves); a part at its cap, or reasons of no family, go to trained kernels."""
+    cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
+    moves, ess, population = effort.moves, effort.target_ess, effort.population
+    why = []
+    if codes & MIXING and moves < POLICY_MAX_MOVES:
+        moves, why = min(2 * moves, POLICY_MAX_MOVES), why + ["the moves did not mix: more moves"]
+    higher = [e for e in POLICY_TARGET_ESS if e > ess]
+    if codes & DEGENERATE and higher:
+        ess, why = higher[0], why + ["the weights degenerated: more temperatures"]
+    if codes & (SMALL | DEGENERATE) and population < cap:
+        population, why = min(2 * population, cap), why + ["populations too small to measure: larger ones"]
+    if why and not effort.trained:
+        return Effort(moves, ess, population), "; ".join(why)
+    if not effort.trained:
+        return Effort(moves, ess, population, trained=True), "nothing left to raise in adaptive SMC: trained kernels"
+    return None, "nothing left to raise"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One run the policy made: a pilot, or the final run."""
+
+    index: int
+    role: str  # "pilot" or "final"
+    effort: Effort
+    num_samples: int
+    record: Any  # its RunRecord
+    seconds: float
+    decision: str = ""  # what the policy concluded from it
+
+    def as_dict(self) -> dict:
+        rec = self.record
+        return {
+            "stage": self.index,
+            "role": self.role,
+            "method": self.effort.describe(),
+            "effort": dataclasses.asdict(self.effort),
+            "num_samples": self.num_samples,
+            "log_z": rec.log_z,
+            "log_z_stderr": rec.log_z_stderr,
+            "status": rec.status,
+            "reason_codes": sorted({r.code for r in rec.combined.reasons}),
+            "seconds": round(self.seconds, 3),
+            "decision": self.decision,
+        }
+
+
+def stage_plan(plan: RunPlan, effort: Effort, num_samples: int, index: int, train_stage: Optional[int] = None) -> RunPlan:
+    """The plan of stage `index`: `plan`'s target and sizes at `effort`, with its own keys; a final
+    run with trained kernels trains as its pilot `train_stage` did (the same kernels: the pilot's
+    verdict then chose them, and given them the final run is an ordinary, unbiased one)."""
+    sconf, tconf = effort.configs(plan.sconf, plan.tconf)
+    return dataclasses.replace(
+        plan, sconf=sconf, tconf=tconf, num_samples=num_samples, particles=effort.population, stage=index,
+        train_stage=train_stage if effort.trained else None, policy=None, repeats=1,
+    )
+
+
+def final_samples(plan: RunPlan, effort: Effort, pilot: Any, pilot_n: int, max_se: float) -> tuple[int, str]:
+    """Particles for the final run: `plan.num_samples` (at least a pilot's worth, the populations an
+    `ok` verdict needs), or more when the pilot's standard error, scaled by √(n_pilot/N), would stay
+    above `max_se`: `N = n_pilot (se/max_se)²`, in whole populations, at most
+    `MAX_FINAL_FACTOR × plan.num_samples`."""
+    se = pilot.log_z_stderr
+    need = 0 if se is None else math.ceil(pilot_n * (se / max_se) ** 2)
+    n = max(plan.num_samples, pilot_n, need)
+    n = -(-n // effort.population) * effort.population
+    cap = MAX_FINAL_FACTOR * max(plan.num_samples, pilot_n)
+    if n > cap:
+        return cap, f"the pilot's SE {se:.3g} needs {need} particles for {max_se:g}; capped at {cap}"
+    if se is None:
+        return n, f"{n} particles"
+    return n, f"{n} particles for an SE of at most {max_se:g} (pilot SE {se:.3g} at {pilot_n})"
+
+
+class StageProgress:
+    """A `Progress` whose bars name the stage, the last estimate and the time left."""
+
+    def __init__(self, progress: Progress, label: str):
+        self.progress, self.label = progress, label
+
+    def training(self, description: str, total: int, start: int = 0):
+        return self.progress.training(f"{self.label}: {description}", total, start)
+
+    def estimation(self, description: str, total: int):
+        return self.progress.estimation(f"{self.label}: {description}", total)
+
+
+def run_policy(
+    plan: RunPlan,
+    progress: Progress,
+    execute_stage: Callable[[RunPlan, Progress], Any],
+    clock: Callable[[], float] = time.monotonic,
+) -> Any:
+    """Pilots, then the final run (see the module docstring); returns the reported stage's record
+    with the policy's account (`RunRecord.policy`).
+
+    `execute_stage` runs one stage's plan (`run.execute` without a policy). Ctrl-C (`Interrupted`),
+    or a failure, during a stage after another has finished returns the finished stages, the last
+    one reported; so does a time limit that leaves too little for the next stage.
+    """
+    policy: Policy = plan.policy
+    began = clock()
+    stages: list[Stage] = []
+    stopped = "plan"
+
+    def left() -> float:
+        return math.inf if policy.time_limit is None else policy.time_limit - (clock() - began)
+
+    def one(role: str, effort: Effort, n: int, train_stage: Optional[int] = None) -> Any:
+        label = f"stage {len(stages) + 1} ({role})"
+        if stages:
+            last = stages[-1].record
+            se = "" if last.log_z_stderr is None else f" ± {last.log_z_stderr:.3g}"
+            label += f", last {last.log_z:.4g}{se} {last.status}"
+        if policy.time_limit is not None:
+            label += f", {max(left(), 0):.0f} s left"
+        t0 = clock()
+        shown = StageProgress(progress, label)
+        record = execute_stage(stage_plan(plan, effort, n, len(stages), train_stage), shown)
+        stages.append(Stage(len(stages), role, effort, n, record, clock() - t0))
+        return record
+
+    def decide(text: str) -> None:
+        stages[-1] = dataclasses.replace(stages[-1], decision=text)
+
+    effort: Optional[Effort] = first_effort(plan)
+    final: Optional[tuple[Effort, int]] = None
+    try:
+        for pilot_index in range(policy.max_pilots):
+            n_pilot = PILOT_POPULATIONS * effort.population
+            if stages and _predicted(stages[-1], effort, n_pilot) > left():
+                stopped = "time_limit"
+                break
+            pilot = one("pilot", effort, n_pilot)
+            next_effort, why = (None, "") if pilot.status == "ok" else escalate(effort, _codes(pilot), plan)
+            if pilot.status == "ok" or next_effort is None or pilot_index == policy.max_pilots - 1:
+                n, size = final_samples(plan, effort, pilot, n_pilot, policy.max_se)
+                verdict = "pilot ok" if pilot.status == "ok" else f"pilot {pilot.status}, {why or 'pilots used up'}"
+                decide(f"{verdict}: final run at this effort, {size}")
+                final = (effort, n)
+                break
+            decide(f"pilot {pilot.status}: {why}")
+            effort = next_effort
+        if final is not None:
+            effort, n = final
+            fits = _fits(stages[-1], effort, left())
+            if fits < n:
+                n = fits // effort.population * effort.population
+                decide(stages[-1].decision + f"; cut to {n} particles by the time limit")
+            if n >= PILOT_POPULATIONS * effort.population:
+                one("final", effort, n, train_stage=stages[-1].index)
+                decide("reported")
+            else:
+                stopped = "time_limit"
+    except Interrupted:
+        if not stages:
+            raise
+        stopped = "interrupted"
+    except RunFailed as err:
+        if not stages:
+            raise
+        stopped = f"failed: {err}"
+    if stages[-1].role != "final":
+        decide((stages[-1].decision + "; " if stages[-1].decision else "") + f"reported: stopped ({stopped}) before a final run")
+    account = {
+        "max_se": policy.max_se,
+        "time_limit": policy.time_limit,
+        "stopped": stopped,
+        "reported_stage": stages[-1].index,
+        "seconds": round(clock() - began, 3),
+        "stages": [s.as_dict() for s in stages],
+    }
+    return dataclasses.replace(stages[-1].record, policy=account)
+
+
+def _codes(record: Any) -> set:
+    return {r.code for r in record.combined.reasons}
+
+
+def _per_particle_move(stage: Stage) -> float:
+    """Seconds per particle and move (per particle for trained kernels) of a finished stage."""
+    moves = 1 if stage.effort.trained else stage.effort.moves
+    return stage.seconds / max(stage.num_samples * moves, 1)
+
+
+def _predicted(last: Stage, effort: Effort, n: int) -> float:
+    """Seconds a stage of `n` particles at `effort` will take, from the last stage's time per
+    particle and move (a higher conditional ESS adds temperatures this does not foresee)."""
+    if effort.trained != last.effort.trained:
+        return 0.0  # nothing measured yet for the other method: let it run
+    return _per_particle_move(last) * n * (1 if effort.trained else effort.moves)
+
+
+def _fits(last: Stage, effort: Effort, seconds: float) -> int:
+    """How many particles at `effort` fit in `seconds`, with a 20 % margin."""
+    if not math.isfinite(seconds):
+        return 2**62
+    per = _per_particle_move(last) * (1 if effort.trained else effort.moves)
+    return int(0.8 * seconds / max(per, 1e-12))

@@ -1,0 +1,246 @@
+"""The default estimation policy (`run.policy`): pilots choose the effort, a fresh run estimates.
+
+The decisions are tested with a stand-in for `execute` that returns scripted verdicts (no JAX), so
+every branch is exact; one end-to-end run checks the record and its reproducibility.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+import pytest
+from conftest import records
+
+from mcd_cli import run
+from mcd_cli.config import SamplerConfig, TrainConfig
+from mcd_cli.errors import Interrupted
+from mcd_cli.run import policy as pol
+from mcd_cli.stats.reasons import Reason
+
+
+@dataclasses.dataclass(frozen=True)
+class _Combined:
+    reasons: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class _Record:
+    """The parts of a RunRecord the policy reads."""
+
+    log_z: float
+    log_z_stderr: Optional[float]
+    status: str
+    combined: _Combined
+    plan: Any = None
+    policy: Optional[dict] = None
+
+
+class _Target:
+    dim = 2
+
+
+def _plan(**policy) -> run.RunPlan:
+    return run.RunPlan(
+        target=_Target(), sconf=SamplerConfig(), tconf=TrainConfig(), num_samples=16384, policy=pol.Policy(**policy)
+    )
+
+
+def _script(*verdicts, seconds=1.0, clock=None):
+    """An `execute_stage` returning the scripted `(status, se, codes)` in turn, and its calls."""
+    calls = []
+
+    def execute_stage(plan, progress):
+        status, se, codes = verdicts[len(calls)]
+        calls.append(plan)
+        if clock is not None:
+            clock.now += seconds * plan.num_samples / 8192
+        if status == "interrupt":
+            raise Interrupted("stopped", 0, 0)
+        return _Record(0.0, se, status, _Combined(tuple(Reason(c, {}) for c in codes)), plan)
+
+    return execute_stage, calls
+
+
+class _Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_an_ok_pilot_is_followed_by_a_fresh_final_run_which_is_reported():
+    execute_stage, calls = _script(("ok", 0.05, ()), ("warn", 0.03, ("ess_rough",)))
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    pilot, final = calls
+    # Own keys for every stage; the final is reported with the verdict it earned, even if worse.
+    assert (pilot.stage, final.stage) == (0, 1) and pilot.policy is None and final.policy is None
+    assert rec.plan is final and rec.status == "warn"
+    assert pilot.sconf.adaptive and pilot.sconf.backward == "ais" and pilot.tconf.iterations == 0
+    assert pilot.num_samples == pol.PILOT_POPULATIONS * pilot.particles
+    assert final.sconf == pilot.sconf and final.num_samples == 16384
+    account = rec.policy
+    assert account["stopped"] == "plan" and account["reported_stage"] == 1
+    assert [s["role"] for s in account["stages"]] == ["pilot", "final"]
+    assert account["stages"][1]["decision"] == "reported"
+
+
+def test_the_final_run_grows_until_the_pilots_standard_error_reaches_max_se():
+    execute_stage, calls = _script(("ok", 0.2, ()), ("ok", 0.1, ()))
+    pol.run_policy(_plan(max_se=0.1), run.NoProgress(), execute_stage)
+    pilot, final = calls
+    need = pilot.num_samples * (0.2 / 0.1) ** 2  # SE falls as 1/sqrt(N)
+    assert final.num_samples >= need and final.num_samples % pilot.particles == 0
+    assert final.num_samples < need + pilot.particles
+    # ...but never beyond the cap.
+    execute_stage, calls = _script(("ok", 5.0, ()), ("ok", 0.1, ()))
+    pol.run_policy(_plan(max_se=0.1), run.NoProgress(), execute_stage)
+    assert calls[1].num_samples == pol.MAX_FINAL_FACTOR * 16384
+
+
+@pytest.mark.parametrize(
+    "codes, changed",
+    [
+        (("not_at_equilibrium",), {"moves"}),
+        (("moves_barely_move",), {"moves"}),
+        (("pareto_k_high",), {"target_ess", "population"}),
+        (("genealogy_collapsed",), {"population"}),
+        (("ess_rough", "not_at_equilibrium"), {"moves", "population"}),
+    ],
+)
+def test_each_family_of_reasons_raises_its_own_part_of_the_effort(codes, changed):
+    execute_stage, calls = _script(("warn", 0.05, codes), ("ok", 0.05, ()), ("ok", 0.05, ()))
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    first, second = (pol.Effort(**s["effort"]) for s in rec.policy["stages"][:2])
+    differ = {f.name for f in dataclasses.fields(first) if getattr(first, f.name) != getattr(second, f.name)}
+    assert differ == changed
+    assert calls[1].sconf.refine_steps == second.moves and calls[1].sconf.target_ess == second.target_ess
+
+
+def test_reasons_nothing_can_raise_lead_to_trained_kernels_and_then_to_the_final_run():
+    execute_stage, calls = _script(("warn", 0.05, ("few_populations",)), ("warn", 0.05, ()), ("warn", 0.05, ()))
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    assert calls[0].sconf.adaptive
+    assert calls[1].sconf.backward == "mcd" and calls[1].tconf.iterations > 0 and not calls[1].sconf.adaptive
+    # Nothing left after trained kernels: the final run is made at that effort, and reported.
+    assert len(calls) == 3 and calls[2].sconf == calls[1].sconf
+    # ...with the kernels that pilot trained (its training keys), estimated with its own keys.
+    assert (calls[2].train_stage, calls[2].stage) == (1, 2) and calls[1].train_stage is None
+    assert rec.policy["stages"][-1]["role"] == "final"
+
+
+def test_the_pilots_are_capped_and_the_last_effort_is_used_for_the_final_run():
+    bad = ("unreliable", None, ("not_at_equilibrium",))
+    execute_stage, calls = _script(*[bad] * 3, ("ok", 0.05, ()))
+    rec = pol.run_policy(_plan(max_pilots=3), run.NoProgress(), execute_stage)
+    assert [s["role"] for s in rec.policy["stages"]] == ["pilot"] * 3 + ["final"]
+    assert calls[3].sconf == calls[2].sconf
+
+
+def test_a_time_limit_stops_between_stages_and_reports_the_finished_ones():
+    clock = _Clock()
+    bad = ("warn", 0.05, ("not_at_equilibrium",))
+    execute_stage, calls = _script(bad, bad, bad, clock=clock, seconds=10.0)
+    # The first pilot (8192 particles, 15 moves) takes 10 s; the second would take twice that.
+    rec = pol.run_policy(_plan(time_limit=25.0), run.NoProgress(), execute_stage, clock=clock)
+    assert len(calls) == 1
+    assert rec.policy["stopped"] == "time_limit" and rec.policy["reported_stage"] == 0
+    assert "stopped (time_limit) before a final run" in rec.policy["stages"][0]["decision"]
+
+
+def test_a_time_limit_cuts_the_final_run_to_what_fits():
+    clock = _Clock()
+    execute_stage, calls = _script(("ok", 0.05, ()), ("ok", 0.05, ()), clock=clock, seconds=10.0)
+    rec = pol.run_policy(_plan(time_limit=30.0), run.NoProgress(), execute_stage, clock=clock)
+    final = calls[1]
+    # 20 s left at 10 s per 8192 particles, with a 20 % margin: 13,107 particles, in whole populations.
+    assert final.num_samples == 13107 // final.particles * final.particles < 16384
+    assert "cut to" in rec.policy["stages"][0]["decision"] and rec.policy["stopped"] == "plan"
+
+
+def test_ctrl_c_after_a_finished_stage_keeps_it_and_says_so():
+    execute_stage, calls = _script(("warn", 0.05, ("ess_rough",)), ("interrupt", None, ()))
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    assert rec.policy["stopped"] == "interrupted" and rec.status == "warn" and rec.plan is calls[0]
+    # Before any stage finished there is nothing to keep: the interrupt goes on up.
+    execute_stage, _ = _script(("interrupt", None, ()))
+    with pytest.raises(Interrupted):
+        pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+
+
+def test_durations_and_policy_values_are_checked():
+    assert pol.parse_duration("1.5m") == 90.0 and pol.parse_duration("2h") == 7200.0
+    for bad in ("", "ten minutes", "-5s", "0"):
+        with pytest.raises(ValueError):
+            pol.parse_duration(bad)
+    with pytest.raises(ValueError):
+        pol.Policy(max_se=0.0)
+
+
+def test_estimate_without_method_options_runs_the_policy_and_a_seed_reproduces_it(mcd, gauss_yaml, tmp_path):
+    args = ["estimate", gauss_yaml, "--samples", "2048", "--seed", "1", "--json"]
+    code, out, err = mcd(args)
+    assert code == 0, err
+    rec = records(out)[0]
+    stages = rec["policy"]["stages"]
+    assert stages[0]["role"] == "pilot" and stages[-1]["role"] == "final"
+    assert rec["policy"]["reported_stage"] == stages[-1]["stage"] and rec["log_z"] == stages[-1]["log_z"]
+    assert rec["status"] == stages[-1]["status"] and rec["schedule"] == "adaptive"
+    assert abs(rec["error"]) < 4 * rec["log_z_stderr"]
+    code, out, err = mcd(args)
+    again = records(out)[0]
+    assert [s["log_z"] for s in again["policy"]["stages"]] == [s["log_z"] for s in stages]
+    # The reported stage's config reproduces it alone, bit for bit (its keys are the stage's).
+    config = tmp_path / "final.json"
+    config.write_text(json.dumps(rec["config"]))
+    code, out, err = mcd(["estimate", "--config", str(config), "--json"])
+    assert code == 0, err
+    alone = records(out)[0]
+    assert alone["policy"] is None and alone["log_z"] == rec["log_z"] and alone["status"] == rec["status"]
+    # An explicit method option turns the policy off, and then --max-se has nothing to steer.
+    code, out, err = mcd([*args, "--resample", "0", "--backward", "ais", "--iterations", "0", "--steps", "4"])
+    assert code == 0 and records(out)[0]["policy"] is None
+    code, out, err = mcd([*args, "--backward", "ais", "--max-se", "0.05"])
+    assert code == 2 and "--max-se" in err and "--backward" in err and "Traceback" not in err
+    code, out, err = mcd([*args, "--time-limit", "soon"])
+    assert code == 2 and "--time-limit" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_final_run_trains_as_its_pilot_did_and_estimates_with_its_own_keys():
+    """`train_stage`: the kernels are the pilot's (the same training keys, so the same ELBO curve),
+    the estimate is the final stage's own (other estimation keys)."""
+    from mcd_cli.targets import load_target
+
+    target = load_target("gmm8", {"dim": "2"})
+    sconf = SamplerConfig(steps=4, hidden=8, resample=0.5, refine="hmc", refine_steps=2)
+    tconf = TrainConfig(iterations=20, batch_size=16)
+    base = run.RunPlan(target=target, sconf=sconf, tconf=tconf, num_samples=512, seed=3)
+    pilot = run.execute(dataclasses.replace(base, stage=0))
+    final = run.execute(dataclasses.replace(base, stage=1, train_stage=0))
+    alone = run.execute(dataclasses.replace(base, stage=1))
+    import numpy as np
+
+    assert np.array_equal(final.elbo_history[0], pilot.elbo_history[0])
+    assert not np.array_equal(final.elbo_history[0], alone.elbo_history[0])
+    assert final.log_z != pilot.log_z
+    assert final.config()["train_stage"] == 0 and final.config()["stage"] == 1
+
+
+def test_compare_runs_the_policy_per_model_and_estimate_reproduces_a_model(mcd, gauss_yaml, tmp_path):
+    other = tmp_path / "wide.yaml"
+    other.write_text(gauss_yaml.read_text().replace("loc: 1.0}", "loc: 1.0, scale: 2.0}"))
+    args = ["--samples", "2048", "--seed", "2", "--json"]
+    code, out, err = mcd(["compare", str(gauss_yaml), str(other), *args])
+    assert code == 0, err
+    models = [r for r in records(out) if r.get("kind") == "model"]
+    assert len(models) == 2 and all(m["policy"] is not None for m in models)
+    code, out, err = mcd(["estimate", str(other), "--model-index", "1", *args])
+    assert code == 0, err
+    alone = records(out)[0]
+    timeless = lambda rec: [{k: v for k, v in st.items() if k != "seconds"} for st in rec["policy"]["stages"]]  # noqa: E731
+    assert alone["log_z"] == models[1]["log_z"] and timeless(alone) == timeless(models[1])
+    # A grid of estimators runs exactly its settings: the policy's options are refused there.
+    code, out, err = mcd(["compare", str(gauss_yaml), "--max-se", "0.05"])
+    assert code == 2 and "--max-se" in err and "Traceback" not in err
