@@ -74,7 +74,7 @@ def test_a_new_forward_kernel_runs_through_execute_without_touching_other_module
     assert "cool_ula" not in registry.FORWARD
 
 
-@pytest.mark.parametrize("sampler", ["ula", "uha"])
+@pytest.mark.parametrize("sampler", [pytest.param("ula", marks=pytest.mark.slow), "uha"])  # ula: the slower
 def test_batched_backward_scoring_gives_the_same_weights_and_gradients(sampler):
     # Training scores the K transitions in one batched call after the scan (`batch_backward`):
     # the same sum in another order, so values and gradients agree to float32 rounding.

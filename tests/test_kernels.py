@@ -64,7 +64,11 @@ def test_learned_backward_at_initialisation_equals_ais(sampler, backward):
     assert np.max(np.abs(np.asarray(lw_moved - lw_ais))) > 1e-2
 
 
-@pytest.mark.parametrize("sampler", FORWARDS)
+# The default run takes UHA; ULA (the same code with one sampler fewer) runs with `-m slow`.
+UHA_FIRST = [pytest.param(f, marks=pytest.mark.slow) if f == "ula" else f for f in FORWARDS]
+
+
+@pytest.mark.parametrize("sampler", UHA_FIRST)
 def test_the_linear_score_term_starts_at_zero_keeps_z_unbiased_and_is_trained(sampler):
     """`score_linear`: MCD still equals AIS at initialisation, E[Ẑ / Z] = 1 once the term (and the
     network) is moved, and the ELBO's gradient reaches the term."""
@@ -89,7 +93,7 @@ def test_the_linear_score_term_starts_at_zero_keeps_z_unbiased_and_is_trained(sa
     assert float(jnp.max(jnp.abs(grad))) > 1e-3
 
 
-@pytest.mark.parametrize("sampler", FORWARDS)
+@pytest.mark.parametrize("sampler", UHA_FIRST)
 def test_the_learned_backward_variance_starts_at_one_keeps_z_unbiased_and_is_trained(sampler):
     """`learn_backward_variance`: MCD still equals AIS at initialisation, the kernel is the Gaussian
     with the variance scaled by exp(v_k), E[Ẑ / Z] = 1 once v (and the network) is moved, and the

@@ -76,6 +76,7 @@ def test_a_climb_is_caught():
     assert FLOOR[top("mcd_cli.run.plan")] > FLOOR[top("mcd_cli.record")]
 
 
+@pytest.mark.slow  # a minute under the profiler; the floors themselves are checked by every run
 def test_execute_climbs_back_at_most_ten_times(tmp_path):
     """Following a plan through `run.execute` (training with checkpoints and --save, SMC, importance
     sampling) calls back up to a higher floor only through the few callbacks a lower floor is handed

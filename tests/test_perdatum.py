@@ -20,7 +20,7 @@ from conftest import one_line_error, records
 from rich.console import Console
 
 from mcd_cli import amortised, annealing, report, score
-from mcd_cli.run import perdatum, smc_kernels
+from mcd_cli.run import Policy, perdatum, smc_kernels
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError
 from mcd_cli.record import DatumRecord
@@ -462,3 +462,128 @@ def test_an_error_in_the_reference_log_z_names_the_file():
     plan = perdatum.PerDatumPlan(target, SamplerConfig(backward="ais", steps=2), TrainConfig(iterations=0), amortise=False, num_samples=64)
     with pytest.raises(RunFailed, match=r"error in /data/model.py, function log_z: KeyError"):
         perdatum.execute(plan, lambda rec: None)
+
+
+def test_cli_per_datum_default_is_the_policy(mcd, target_file):
+    """No method option: pilots of adaptive SMC on the first data choose the effort, a final run with
+    its own keys estimates every datum (only its records are emitted), and the seed reproduces it."""
+    args = ["estimate", target_file, "--samples", "1024", "--json"]
+    code, out, err = mcd(args)
+    assert code == 0, err
+    lines = records(out)
+    data, summary = lines[:-1], lines[-1]
+    policy = summary["policy"]
+    roles = [s["role"] for s in policy["stages"]]
+    assert roles[0] == "pilot" and roles[-1] == "final" and set(roles[:-1]) == {"pilot"}
+    assert policy["reported_stage"] == len(roles) - 1 and policy["stages"][-1]["decision"] == "reported"
+    pilot, final = policy["stages"][0], policy["stages"][-1]
+    assert pilot["data_index"] == [0, 4] and final["data_index"] == [0, 5]
+    assert pilot["num_samples"] == 4 * pilot["effort"]["population"] and sum(pilot["counts"].values()) == 4
+    assert final["counts"] == summary["counts"] and final["num_samples"] == summary["num_samples"] >= 1024
+    assert [d["datum"] for d in data] == [0, 1, 2, 3, 4]
+    within_tolerance(data)
+    for d in data:
+        assert d["smc"]["schedule"] == "adaptive" and d["smc"]["refine"] == "hmc"
+        assert d["smc"]["particles"] == final["effort"]["population"]
+        assert d["seconds"] < 5, d  # an untrained SMC run per datum, compiled once
+    assert summary["iterations"] == 0 and summary["label"] == "SMC-HMC"
+    code, again, err = mcd(args)
+    assert code == 0, err
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "estimate_seconds", "policy")}  # noqa: E731
+    assert [strip(r) for r in records(again)] == [strip(r) for r in lines]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--separate", "--max-se", "0.1"], "which --amortise turns off"),
+        (["--time-limit", "10s"], "--time-limit is not available for a conditional target"),
+        (["--train-stage", "0"], "--train-stage is not available"),
+    ],
+)
+def test_cli_per_datum_policy_options_exit_2(mcd, target_file, args, message):
+    code, out, err = mcd(["estimate", target_file, *args])
+    assert code == 2
+    assert message in one_line_error(err)
+
+
+def _stand_in(monkeypatch, status_of):
+    """Replaces each datum's SMC run by a stand-in whose verdict is `status_of(sconf)` and whose
+    log Ẑ is drawn from its key; returns the list of (refine_steps, key data, datum) it was called with."""
+    from mcd_cli.stats import Reason, Status
+    from mcd_cli.stats.reasons import CODES
+
+    calls = []
+
+    def estimate(plan, params, key, x, sharding):
+        calls.append((plan.sconf.refine_steps, tuple(np.asarray(jax.random.key_data(key)).ravel())))
+        est = summarize(np.asarray(jax.random.normal(key, (256,))))
+        status, code = status_of(plan.sconf)
+        reasons = () if code is None else (Reason(code, dict.fromkeys(CODES[code], 1)),)
+        return dataclasses.replace(est, status=Status(status), reasons=reasons, num_samples=plan.num_samples), None
+
+    monkeypatch.setattr(perdatum, "_estimate_datum", estimate)
+    return calls
+
+
+def test_policy_escalates_on_the_pilot_data_and_reports_a_fresh_final_run(monkeypatch):
+    """Moves that did not mix on a pilot datum double the moves; the next pilot is ok, and the final
+    run estimates every datum at that effort with keys no pilot used."""
+    calls = _stand_in(monkeypatch, lambda s: ("ok", None) if s.refine_steps > 15 else ("warn", "moves_barely_move"))
+    target = linear_gaussian(6)
+    plan = perdatum.PerDatumPlan(
+        target, SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024, policy=Policy()
+    )
+    rows: list[DatumRecord] = []
+    summary = perdatum.execute(plan, rows.append)
+    stages = summary.policy["stages"]
+    assert [(s["role"], s["effort"]["moves"]) for s in stages] == [("pilot", 15), ("pilot", 30), ("final", 30)]
+    assert stages[0]["reason_codes"] == ["moves_barely_move"] and "more moves" in stages[0]["decision"]
+    assert stages[1]["counts"]["ok"] == 4 and stages[1]["decision"].startswith("pilot data ok")
+    assert [r.datum for r in rows] == list(range(6)) and summary.counts["ok"] == 6
+    assert summary.sampler.refine_steps == 30 and summary.sampler.adaptive and summary.training.iterations == 0
+    keys = [k for _, k in calls]
+    assert len(calls) == 4 + 4 + 6 and len(set(keys)) == len(keys)  # every stage draws its own numbers
+
+
+def test_policy_per_datum_has_no_trained_rung(monkeypatch):
+    """Reasons that only training would answer end the pilots: the final run takes the last effort."""
+    _stand_in(monkeypatch, lambda s: ("warn", "few_populations"))
+    plan = perdatum.PerDatumPlan(
+        linear_gaussian(2), SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024, policy=Policy()
+    )
+    summary = perdatum.execute(plan, lambda rec: None)
+    stages = summary.policy["stages"]
+    assert [s["role"] for s in stages] == ["pilot", "final"] and stages[0]["data_index"] == [0, 2]
+    assert "nothing left to raise" in stages[0]["decision"] and not stages[1]["effort"]["trained"]
+
+
+def test_policy_per_datum_resumes_its_final_run(monkeypatch, tmp_path):
+    """Interrupted in its final run, a policy run resumes: the pilots run again, the final run skips
+    the logged data, and the records and summary are the uninterrupted run's."""
+    _stand_in(monkeypatch, lambda s: ("ok", None))
+    base = perdatum.PerDatumPlan(
+        linear_gaussian(5), SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024, policy=Policy()
+    )
+    whole_rows: list[dict] = []
+    whole = perdatum.execute(base, lambda r: whole_rows.append(r.as_dict())).as_dict()
+    plan = dataclasses.replace(base, checkpoint_dir=tmp_path / "ck")
+    perdatum.validate(plan)
+    first: list[dict] = []
+
+    def stop_after_two(rec):
+        first.append(rec.as_dict())
+        if len(first) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        perdatum.execute(plan, stop_after_two)
+    resumed = dataclasses.replace(plan, resume=True)
+    perdatum.validate(resumed)
+    rest: list[dict] = []
+    summary = perdatum.execute(resumed, lambda r: rest.append(r.as_dict())).as_dict()
+    assert [r["datum"] for r in rest] == [2, 3, 4]
+    assert first + rest == whole_rows
+    drop = lambda r: {k: v for k, v in _volatile_free(r).items() if k != "policy"}  # noqa: E731
+    assert drop(summary) == drop(whole)
+    assert [s["counts"] for s in summary["policy"]["stages"]] == [s["counts"] for s in whole["policy"]["stages"]]

@@ -215,8 +215,8 @@ def test_a_final_run_trains_as_its_pilot_did_and_estimates_with_its_own_keys():
 
     target = load_target("gmm8", {"dim": "2"})
     sconf = SamplerConfig(steps=4, hidden=8, resample=0.5, refine="hmc", refine_steps=2)
-    tconf = TrainConfig(iterations=20, batch_size=16)
-    base = run.RunPlan(target=target, sconf=sconf, tconf=tconf, num_samples=512, seed=3)
+    tconf = TrainConfig(iterations=6, batch_size=8, chunk=3)
+    base = run.RunPlan(target=target, sconf=sconf, tconf=tconf, num_samples=256, seed=3)
     pilot = run.execute(dataclasses.replace(base, stage=0))
     final = run.execute(dataclasses.replace(base, stage=1, train_stage=0))
     alone = run.execute(dataclasses.replace(base, stage=1))

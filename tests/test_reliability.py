@@ -187,6 +187,7 @@ def test_ctrl_c_without_checkpoint_dir_saves_in_the_working_directory(mcd, gauss
 # 3. Reproducibility
 
 
+@pytest.mark.slow  # tests/test_golden.py checks the same determinism on every default run
 def test_same_command_same_seed_same_numbers(mcd, gauss_yaml):
     args = ["estimate", gauss_yaml, *TINY, "--iterations", "3", "--seed", "2", "--json"]
     first, second = invoke(args), invoke(args)

@@ -225,7 +225,16 @@ def compare_figure(
 
 
 def save(fig: Any, path: Path) -> None:
-    """Writes the figure to `path` (format from its suffix) and closes it."""
+    """Writes the figure to `path` (format from its suffix) atomically, and closes it: a full disk
+    leaves no partial figure behind (`checkpoint.atomic_write_bytes`)."""
+    import io
+
+    from mcd_cli import checkpoint
+
     plt = require()
-    fig.savefig(Path(path), dpi=120)
-    plt.close(fig)
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=Path(path).suffix.lower().lstrip("."), dpi=120)
+    finally:
+        plt.close(fig)
+    checkpoint.atomic_write_bytes(Path(path), buffer.getvalue())

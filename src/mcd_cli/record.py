@@ -156,6 +156,7 @@ class RunRecord:
     policy: Optional[dict] = None  # the estimation policy's stages (`run.policy`); None: method as given
     stage: Optional[int] = None  # stage s of a policy run (its keys: `run.plan.estimation_root`)
     train_stage: Optional[int] = None  # the stage whose training keys a policy's final run used
+    checkpoint_failures: int = 0  # training checkpoints that could not be written (the run went on)
 
     @property
     def estimates(self) -> tuple[Estimate, ...]:
@@ -305,6 +306,7 @@ class RunRecord:
             "start_seconds": round(float(self.start_seconds), 3),
             "skipped_steps": int(self.skipped_steps),
             "recoveries": int(self.recoveries),
+            "checkpoint_failures": int(self.checkpoint_failures),
             "loaded_from": self.loaded_from,
             "model_index": self.model_index,
             "train_seconds": round(float(self.train_seconds), 3),
@@ -421,7 +423,8 @@ class DataRecord:
 
     `summary` combines the data with a finite estimate (`stats.summarize_data`); `known_mean_log_z`
     is the mean of the file's `log_z(x)` over them (None unless every one has it); `smc` is the
-    summary's `smc` section (None for importance sampling); `training` holds the iterations as run.
+    summary's `smc` section (None for importance sampling); `training` holds the iterations as run;
+    `policy` is the default policy's account of its stages (None when options fixed the method).
     """
 
     target: TargetInfo
@@ -444,6 +447,7 @@ class DataRecord:
     device: str
     x64: bool
     version: str = __version__
+    policy: Optional[dict] = None  # the default policy's stages (run.perdatum); None when options fixed the method
 
     def as_dict(self) -> dict:
         """The JSON line (docs/json.md)."""
@@ -462,6 +466,7 @@ class DataRecord:
             "train_seconds": round(self.train_seconds, 3), "estimate_seconds": round(self.estimate_seconds, 3),
             "seed": self.seed, "sampler_config": dataclasses.asdict(s), "train_config": dataclasses.asdict(t),
             "device": self.device, "precision": "float64" if self.x64 else "float32", "version": self.version,
+            "policy": self.policy,
         }
 
 

@@ -1,12 +1,16 @@
 """The Typer application and the one place where errors become exit codes and one line on stderr.
 
 Every failure leaves through `McdGroup.main`: an `McdError` carries its exit status (2 bad input,
-1 failed run, 3 unreliable under --strict, 130 interrupted); a click usage error exits 2; anything
-else is a bug or a machine error, reported in one line that points at --debug, exit 1.
+1 failed run, 3 unreliable under --strict, 130 interrupted); a click usage error exits 2. Of the
+rest (exit 1), an exception raised in the user's target file is reported as theirs ("error in FILE,
+function NAME"), an OS error as the file and the OS's reason, and anything else as a bug, in one
+line that points at --debug. Failures the run deferred (`errors.defer`: a --save file that could
+not be written) are reported after the results, and the command exits 1.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import sys
@@ -16,7 +20,7 @@ from pathlib import Path
 import typer
 
 from mcd_cli._version import __version__
-from mcd_cli.errors import Interrupted, McdError
+from mcd_cli.errors import Interrupted, McdError, deferred, os_advice, os_reason
 
 # The click Typer ships with (vendored in recent versions): found from a public class.
 _ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -65,9 +69,32 @@ def message(exc: BaseException, prog: str = "mcd") -> str:
     text = one_line(str(exc)) or type(exc).__name__
     if isinstance(exc, McdError):
         return f"{prog}: error: {text}"
+    from mcd_cli.targets.validate import user_error
+
+    theirs = user_error(exc)
+    if theirs is not None:
+        return f"{prog}: {one_line(theirs)}"
+    if isinstance(exc, OSError):
+        return f"{prog}: error: {os_error(exc)}"
     if type(exc).__name__ == "XlaRuntimeError" or "RESOURCE_EXHAUSTED" in text:
         return f"{prog}: error: JAX runtime error: {text}; lower --batch-size or --steps if memory ran out"
     return f"{prog}: error: {type(exc).__name__}: {text} (an internal error; run with --debug for the traceback)"
+
+
+# OS errors that only writing gives.
+_WRITING = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def os_error(exc: OSError) -> str:
+    """An OS error no part of mcd-cli turned into its own message: the file, what failed, the OS's
+    reason and what to do; or, naming no file, the reason as the machine's (not a bug of mcd-cli)."""
+    if exc.filename is None:
+        return (
+            f"{os_reason(exc)} ({type(exc).__name__}): an error of the machine or the file system; "
+            f"{os_advice(exc)} (run with --debug for where it happened)"
+        )
+    operation = "write" if exc.errno in _WRITING else "use"
+    return one_line(f"cannot {operation} '{exc.filename}': {os_reason(exc)}; {os_advice(exc)}")
 
 
 def resume_command(directory: Path) -> str:
@@ -88,11 +115,15 @@ class McdGroup(typer.core.TyperGroup):
         args = list(sys.argv[1:] if args is None else args)
         _ARGS = args
         debug = "--debug" in args or bool(os.environ.get("MCD_DEBUG"))
+        deferred()  # (left over from an earlier call in this process)
         try:
             rv = super().main(args, prog_name or "mcd", complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
             if code == 130:
                 print("mcd: interrupted", file=sys.stderr)
+            for failure in deferred():  # the results are out: now the failures that waited for them
+                print(message(failure), file=sys.stderr)
+                code = code or exit_code(failure)
         except BaseException as exc:  # noqa: BLE001 - this is the one place errors are rendered
             if isinstance(exc, SystemExit):
                 raise
@@ -109,6 +140,8 @@ class McdGroup(typer.core.TyperGroup):
                 code = exit_code(exc)
             if not (isinstance(exc, _ClickException) and not exc.format_message()):
                 print(message(exc), file=sys.stderr)  # (an empty message: help was shown instead)
+            for failure in deferred():
+                print(message(failure), file=sys.stderr)
         if standalone_mode:
             sys.stdout.flush()
             sys.exit(code)

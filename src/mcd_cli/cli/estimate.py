@@ -107,7 +107,7 @@ def _plan(values: dict, loaded: settings.LoadedTarget) -> run.RunPlan:
     )
 
 
-_NOT_PER_DATUM = {"load": "--load", "save": "--save", "plot": "--plot"}
+_NOT_PER_DATUM = {"load": "--load", "save": "--save", "plot": "--plot", "train_stage": "--train-stage"}
 
 
 def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> None:
@@ -115,7 +115,7 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
     settings.positive(values, "steps", "batch_size", "samples", "hidden", "refine_steps", "leapfrog", "max_steps")
     _schedule(values)
     for name, flag in _NOT_PER_DATUM.items():
-        if values.get(name):
+        if values.get(name) is not None:
             raise UsageError(f"{flag} is not available for a conditional target (one estimate per datum); drop it")
     if (values.get("repeats") or 1) > 1:
         raise UsageError("--repeats is not available for a conditional target; each datum is one estimate, use --seed")
@@ -125,8 +125,11 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
     amortise = target.amortise if values.get("amortise") is None else bool(values["amortise"])
     if amortise and values.get("context_dim") is None:
         values["context_dim"] = target.context_dim
+    # The default policy (None: an option fixed the method). Its adaptive SMC tunes the moves' step
+    # size from the particles, so --step-size auto asks for nothing it lacks.
+    policy = values.get("policy")
     if values.get("step_size") == "pilot":
-        if settings._explicit(ctx, "step_size"):
+        if settings._explicit(ctx, "step_size") and policy is None:
             raise UsageError(
                 "--step-size auto fits one target by a pilot run; a conditional target's step sizes start at "
                 "--step-size NUMBER and are learned over the data: give a number"
@@ -148,15 +151,24 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
         checkpoint_dir=values.get("checkpoint"),
         checkpoint_every=settings.checkpoint_every(values),
         resume=bool(values.get("resume")),
+        policy=policy,
+        stage=values.get("stage"),
     )
     perdatum.validate(plan)
-    if sconf.adaptive and tconf.iterations > 0 and not values.get("quiet"):
+    if policy is None and sconf.adaptive and tconf.iterations > 0 and not values.get("quiet"):
         print(
             f"warning: --schedule adaptive moves the particles with --refine {sconf.refine} only: the "
             f"{tconf.iterations} training iterations are skipped (--iterations 0 says so)",
             file=sys.stderr,
         )
     if values["dry_run"]:
+        if policy is not None:
+            print(
+                f"ok: the default policy on {target.name} (d = {target.dim}), {target.num_data} data: pilots of "
+                f"adaptive SMC on the first {min(perdatum.PILOT_DATA, target.num_data)} data choose the effort, then "
+                f"every datum is estimated with at least {plan.num_samples} samples, no training"
+            )
+            return
         if sconf.adaptive:
             fitting = "adaptive tempering, no training"
         else:

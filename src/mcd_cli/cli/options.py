@@ -185,7 +185,8 @@ OPTIONS: dict[str, Any] = {
     "amortise": option(
         Optional[bool], "--amortise/--separate", panel=TRAINING,
         help="Conditional targets: train one sampler for all the data, its score network conditioned on the datum "
-        "(amortise), or a separate run per datum. (default: the file's `amortise`, else separate)",
+        "(amortise), or a separate run per datum. Either fixes the method: no default policy. (default: the "
+        "default policy, untrained; with a method option, the file's `amortise`, else separate)",
     ),
     "save": option(Path, "--save", panel=TRAINING, help="Save the trained parameters to this file (.npz)."),
     "load": option(Path, "--load", panel=TRAINING, help="Load trained parameters saved with --save and skip training."),
@@ -329,6 +330,27 @@ OPTIONS: dict[str, Any] = {
     ),
     "debug": option(bool, "--debug", panel=RUN, help="Show the traceback when something fails."),
 }
+
+
+# Options that choose the estimation method: any of them given (by flag, --config or --preset) fixes
+# the method and turns `mcd estimate`'s default policy off (`run.policy`); sizes (--samples, --steps,
+# --seed) do not. Their help says so.
+METHOD_OPTIONS = (
+    "backward", "iterations", "max_iterations", "resample", "refine", "refine_steps", "schedule", "learn_schedule",
+    "target_ess", "load", "stage", "train_stage",
+)
+_FIXES = "Giving it fixes the method: no default policy."
+
+
+def _says_it_fixes_the_method(name: str) -> None:
+    info = typing.get_args(OPTIONS[name])[1]
+    text = info.help
+    cut = text.rfind(" (default:")
+    info.help = f"{text[:cut]} {_FIXES}{text[cut:]}" if cut >= 0 else f"{text} {_FIXES}"
+
+
+for _name in METHOD_OPTIONS:
+    _says_it_fixes_the_method(_name)
 
 
 def in_panel(panel: str) -> tuple[str, ...]:

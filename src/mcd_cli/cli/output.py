@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from mcd_cli import checkpoint, devices, report
-from mcd_cli.errors import Unreliable
+from mcd_cli.errors import FileFailed, Unreliable, os_advice
 from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
 
 
@@ -65,9 +65,31 @@ def warn_before(plans: list[RunPlan], values: dict) -> None:
 
 
 def append(values: dict, rec: dict) -> None:
-    """Appends the record to --output (one line, atomically)."""
-    if values.get("output") is not None and devices.is_primary():
-        checkpoint.append_line(values["output"], report.to_json(rec))
+    """Appends the record to --output: one line, all or nothing (`checkpoint.append_line`).
+
+    When the line cannot be written (a full disk, a quota, an I/O error) the file is left as it was,
+    the record goes to stdout — or to stderr when stdout carries --json lines — so the result is
+    not lost, and the run fails with one line naming the file (exit status 1).
+    """
+    path = values.get("output")
+    if path is None or not devices.is_primary():
+        return
+    line = report.to_json(rec)
+    try:
+        cut = checkpoint.append_line(path, line)
+    except OSError as err:
+        rescue, where = (sys.stderr, "stderr") if values.get("json") else (sys.stdout, "stdout")
+        print(line, file=rescue, flush=True)
+        raise FileFailed(
+            path, "append to --output", err,
+            f"the file is unchanged and the record is on {where}; {os_advice(err)}, then append that line to it",
+        ) from None
+    if cut:
+        print(
+            f"warning: '{path}' ended in a partial line ({cut} bytes, left by a writer killed mid-write); "
+            "it was cut back to the last whole line before appending",
+            file=sys.stderr,
+        )
 
 
 def check_plot(values: dict) -> None:

@@ -22,7 +22,7 @@ import yaml
 
 from mcd_cli import devices, safeyaml
 from mcd_cli.cli.app import one_line
-from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY
+from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY, METHOD_OPTIONS
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
 from mcd_cli.errors import UsageError
 from mcd_cli.run import RunPlan, method_defaults
@@ -142,14 +142,6 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
     return _automatic(ctx, values)
 
 
-# Options that choose the estimation method: any of them given (by flag, --config or --preset) fixes
-# the method and turns the default policy off (`run.policy`); sizes (--samples, --steps, --seed) do not.
-METHOD_OPTIONS = (
-    "backward", "iterations", "max_iterations", "resample", "refine", "refine_steps", "schedule", "learn_schedule",
-    "target_ess", "load", "adaptive", "stage", "train_stage",
-)
-
-
 def policy_or_method(values: dict, names: set) -> None:
     """`values["policy"]`: a `run.Policy` for the commands that take --max-se when no method option
     was given, else None (and --max-se/--time-limit are refused as having nothing to act on)."""
@@ -157,7 +149,9 @@ def policy_or_method(values: dict, names: set) -> None:
 
     if "max_se" not in names:
         return
-    fixed = [name for name in METHOD_OPTIONS if values.get(name) not in (None, False)]
+    # `adaptive` is the --config key of --schedule adaptive; --amortise and --separate both choose training.
+    fixed = [n for n in (*METHOD_OPTIONS, "adaptive") if values.get(n) not in (None, False)]
+    fixed += ["amortise"] if values.get("amortise") is not None else []
     limit = values.get("time_limit")
     if fixed:
         values["policy"] = None

@@ -105,7 +105,10 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
         start += f", {rec['start_seconds']:.1f} s"
     if not rec["loaded_from"]:
         table.add_row("start", start)
-    table.add_row("training", training)
+    if rec["loaded_from"] or rec["iterations"]:
+        table.add_row("training", training)
+    if rec.get("policy"):
+        table.add_row("policy", policy_line(rec["policy"]))
     finite_curve = [x for x in curve if math.isfinite(x)]
     if finite_curve:
         tenth = max(1, len(finite_curve) // 10)
@@ -297,3 +300,17 @@ def check_table(target: Any, result: Any) -> Table:
         row(None, "warning", warning)
     return table
 
+
+
+def policy_line(policy: dict) -> str:
+    """The default policy's stages in one line: each stage's role, size, verdict and time, and why
+    the run stopped when it stopped early."""
+    stages = [
+        f"{st['role']} {st['num_samples']} ({st['status']}, {st['seconds']:.1f} s)" for st in policy["stages"]
+    ]
+    last = policy["stages"][-1]
+    effort = last["method"]
+    line = f"{' → '.join(stages)}; {effort}; {policy['seconds']:.1f} s in all"
+    if policy["stopped"] != "plan":
+        line += f"; stopped: {policy['stopped']}, stage {policy['reported_stage'] + 1} reported"
+    return line

@@ -18,7 +18,7 @@ import jax
 from mcd_cli import checkpoint, devices
 from mcd_cli._version import __version__
 from mcd_cli.config import TrainConfig
-from mcd_cli.errors import RunFailed
+from mcd_cli.errors import FileFailed, RunFailed, defer, os_advice
 from mcd_cli.record import RunRecord, TargetInfo
 from mcd_cli.run.estimate import Estimation, Estimator, estimator
 from mcd_cli.run.fit import Fit, Fitted, fitter, saved_on_interrupt, trained_config
@@ -77,7 +77,7 @@ def one_repeat(plan: RunPlan, target: Any, fit: Fit, estimate: Estimator, repeat
         key_init, _ = jax.random.split(jax.random.fold_in(estimation_root(plan, plan.train_stage), repeat))
     fitted = fit(key_init, repeat, progress)
     if fitted.state is not None and plan.save is not None and devices.is_primary():
-        checkpoint.save_params(plan.save, fitted.params, file_meta(plan))
+        _save(plan, fitted, repeat)
     label = "estimating" if plan.repeats == 1 else f"estimating {repeat + 1}/{plan.repeats}"
     callback = progress.estimation(label, total=plan.num_samples)
     t0 = time.perf_counter()
@@ -91,6 +91,24 @@ def one_repeat(plan: RunPlan, target: Any, fit: Fit, estimate: Estimator, repeat
         )
     result = result._replace(estimate=dataclasses.replace(result.estimate, seconds=seconds))
     return fitted, result, seconds
+
+
+def _save(plan: RunPlan, fitted: Fitted, repeat: int) -> None:
+    """--save: the trained parameters. A file that cannot be written does not throw the training
+    away: the failure is deferred, so the estimate is still made, printed and recorded, and then
+    the command exits 1 with one line naming the file (docs/reliability.md, "When --save fails")."""
+    try:
+        checkpoint.save_params(plan.save, fitted.params, file_meta(plan))
+    except OSError as err:
+        kept = plan.checkpoint_dir is not None and fitted.checkpoint_failures == 0 and plan.checkpoint_every > 0
+        again = (
+            f"'{plan.state_path(repeat)}' holds the same parameters (use it with --load)" if kept
+            else "rerun with the same --seed to train the same parameters"
+        )
+        defer(FileFailed(
+            plan.save, "write --save file", err,
+            f"the estimate was still printed and recorded; {os_advice(err)}; {again}",
+        ))
 
 
 def run_record(
@@ -113,6 +131,7 @@ def run_record(
         iterations_run=sum(f.iterations_run for f in trained),
         skipped_steps=sum(f.skipped for f in trained),
         recoveries=sum(f.recoveries for f in trained),
+        checkpoint_failures=sum(f.checkpoint_failures for f in trained),
         train_seconds=sum(f.seconds for f in trained),
         estimate_seconds=sum(s for _, _, s in repeats),
         device=device_name(),

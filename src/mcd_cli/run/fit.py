@@ -5,13 +5,16 @@
 around training, not part of it: `Checkpoints` resumes a state and saves one every
 `checkpoint_every` iterations; `saved_on_interrupt` turns Ctrl-C (or SIGTERM) into `Interrupted`
 after saving the last consistent training state, during training or during the estimate that
-follows it (so a resume only estimates).
+follows it (so a resume only estimates). A checkpoint is insurance, not a failure mode: one that
+cannot be written (a full disk, a quota) leaves the previous one in place, is warned about once and
+counted (`Fitted.checkpoint_failures`), and training goes on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
@@ -20,7 +23,7 @@ import numpy as np
 
 from mcd_cli import annealing, checkpoint, devices
 from mcd_cli.config import TrainConfig
-from mcd_cli.errors import Interrupted
+from mcd_cli.errors import Interrupted, os_reason
 from mcd_cli.run.plan import Progress, RunPlan, file_meta, root_key
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
 
@@ -36,6 +39,7 @@ class Fitted(NamedTuple):
     skipped: int = 0
     recoveries: int = 0
     iterations_run: int = 0
+    checkpoint_failures: int = 0  # checkpoints that could not be written (the run went on)
 
 
 Fit = Callable[[jax.Array, int, Progress], Fitted]
@@ -75,13 +79,20 @@ def saved_on_interrupt(plan: RunPlan, repeat: int, state: Any = None, total: int
         raise Interrupted(saved, state.iteration, total, reason) from None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Checkpoints:
-    """The checkpoint of one repeat's training under --checkpoint DIR (no-ops without one)."""
+    """The checkpoint of one repeat's training under --checkpoint DIR (no-ops without one).
+
+    A save that fails with an OS error leaves the previous checkpoint in place (`checkpoint`
+    writes atomically): the first failure is warned about on stderr, every one is counted in
+    `failures`, and training continues.
+    """
 
     path: Optional[Path]
     every: int
     meta: Optional[dict]
+    failures: int = dataclasses.field(default=0, init=False)
+    saved: Optional[int] = dataclasses.field(default=None, init=False)  # the last iteration saved
 
     @classmethod
     def of(cls, plan: RunPlan, repeat: int) -> "Checkpoints":
@@ -93,11 +104,26 @@ class Checkpoints:
         """The saved state when resuming and one exists, else `state`."""
         if self.path is not None and resume and self.path.exists():
             state, _ = checkpoint.load_state(self.path, state)
+            self.saved = int(state.iteration)
         return state
 
     def save(self, state: Any) -> None:
-        if devices.is_primary():
+        if not devices.is_primary():
+            return
+        try:
             checkpoint.save_state(self.path, state, self.meta)
+        except OSError as err:
+            self.failures += 1
+            if self.failures == 1:
+                resume = "afresh" if self.saved is None else f"from the checkpoint of iteration {self.saved}, which is kept"
+                print(
+                    f"warning: cannot write checkpoint '{self.path}' ({os_reason(err)}); training goes on (--resume "
+                    f"would start {resume}); failures are counted in the record's checkpoint_failures",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        self.saved = int(state.iteration)
 
     @property
     def on_checkpoint(self) -> Optional[Callable[[Any], None]]:
@@ -135,7 +161,7 @@ def fitter(plan: RunPlan, target: Any, step_sizes: Any, sharding: Any = None) ->
             )
         return Fitted(
             result.state.params, result.state, result.elbo_history, result.stop_reason, result.seconds,
-            result.skipped, result.recoveries, result.state.iteration - first,
+            result.skipped, result.recoveries, result.state.iteration - first, saver.failures,
         )
 
     return train, t

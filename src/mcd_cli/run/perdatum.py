@@ -19,16 +19,25 @@ on that datum's target (`datum_population`): `num_samples` particles in populati
 a fixed schedule, or adaptive tempering with no training at all. Only one population is held at a
 time, so memory is bounded by the population, whatever the number of data.
 
-Keys: `fold_in(key(seed), 0)` is split into an initialisation and an estimation key; datum `i`
-(its index in the full data set) estimates with `fold_in(estimation key, i)` and, when trained
-separately, initialises with `fold_in(initialisation key, i)`. A datum's estimate therefore does
-not depend on which other data were selected (`--data-index`).
+With `plan.policy` (`mcd estimate` with no method option) `run.policy` runs over data: a pilot
+estimates the first `PILOT_DATA` data by untrained adaptive SMC at an `Effort`; when they are not
+all `ok`, the union of their reason codes raises it (`policy.escalate`); a final run, with keys no
+pilot used, estimates every datum at the chosen effort. No rung trains (training per datum is the
+cost the policy avoids): when only training is left, the final run takes the last effort. Only the
+final run's records are emitted; the summary's `policy` lists every stage.
+
+Keys: `fold_in(key(seed), 0)` (for stage s of a policy run, then `fold_in(·, STAGE_STREAM + s)`) is
+split into an initialisation and an estimation key; datum `i` (its index in the full data set)
+estimates with `fold_in(estimation key, i)` and, when trained separately, initialises with
+`fold_in(initialisation key, i)`. A datum's estimate therefore does not depend on which other data
+were selected (`--data-index`).
 
 Checkpoints (`--checkpoint DIR`) work as for any run: the amortised training state is saved every
 `checkpoint_every` iterations (and on Ctrl-C), and each finished datum's record is appended to
 `DIR/data.jsonl`; `--resume` continues the training and skips the data already estimated (their
 records count in the summary and are not emitted again), so an interrupted run and its resumption
 give the records of an uninterrupted one. A datum trained separately restarts its short training.
+With a policy the log is the final run's; a resumed run makes its (deterministic) pilots again.
 
 The file's reference `log_z(x)` is called eagerly on each concrete datum (it may use numpy, scipy
 or `float()`); an exception in it is reported as an error in the target's file.
@@ -41,6 +50,7 @@ import functools
 import json
 import math
 import time
+import types
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -52,10 +62,11 @@ from mcd_cli import amortised, annealing, checkpoint, devices, smc
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError
 from mcd_cli.record import DataRecord, DatumRecord, TargetInfo, finite
-from mcd_cli.run.defaults import DEFAULT_CHUNK, population_size
+from mcd_cli.run.defaults import DEFAULT_CHUNK, PILOT_POPULATIONS, population_size
 from mcd_cli.run.estimate import estimate_populations, smc_settings
 from mcd_cli.run.fit import Checkpoints, saved_on_interrupt, trained_config
-from mcd_cli.run.plan import NoProgress, Progress, device_name
+from mcd_cli.run.plan import STAGE_STREAM, NoProgress, Progress, device_name
+from mcd_cli.run.policy import Effort, Policy, StageProgress, escalate, final_samples, first_effort
 from mcd_cli.run.smc_kernels import run_smc
 from mcd_cli.run.validate import validate_populations
 from mcd_cli.stats import Estimate, summarize, summarize_data
@@ -63,6 +74,9 @@ from mcd_cli.targets.conditional import ConditionalTarget, datum_target
 from mcd_cli.training import fit, init_train_state
 
 DATA_LOG = "data.jsonl"  # the finished data's records, in a checkpoint directory
+# A policy's pilot estimates this many data (the first selected): enough that a datum whose verdict
+# differs shows up, few enough that the pilots cost less than the final run over many data.
+PILOT_DATA = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +100,8 @@ class PerDatumPlan:
     checkpoint_every: int = 0
     resume: bool = False
     devices: Optional[int] = None  # devices per process to shard particles over (None: all)
+    policy: Optional[Policy] = None  # the default policy: pilots choose the effort (None: as given)
+    stage: Optional[int] = None  # stage s of a policy run: keys from fold_in(root, STAGE_STREAM + s)
 
     @property
     def population(self) -> int:
@@ -151,6 +167,11 @@ def validate(plan: PerDatumPlan) -> None:
         raise UsageError(
             f"context_dim {s.context_dim} does not match the target's features ({plan.target.context_dim}); "
             "drop context_dim from the settings"
+        )
+    if plan.policy is not None and plan.policy.time_limit is not None:
+        raise UsageError(
+            "--time-limit is not available for a conditional target (its final run estimates every datum); "
+            "bound the work with --data-index or --samples"
         )
     devices.particle_layout(plan.devices)  # enough devices?
     if plan.resume and plan.checkpoint_dir is None:
@@ -266,6 +287,7 @@ class _Tally:
         self.stderr: list[float] = []
         self.known: list[float] = []
         self.counts = {"ok": 0, "warn": 0, "unreliable": 0, "failed": 0}
+        self.codes: set[str] = set()  # the distinct reason codes of the data's verdicts
         self.smc = _SMCTotals()
         self.train_seconds, self.estimate_seconds, self.skipped, self.recoveries = 0.0, 0.0, 0, 0
 
@@ -280,6 +302,7 @@ class _Tally:
         if rec.smc is not None:
             self.smc.add(rec.smc)
         self.counts[rec.status] += 1
+        self.codes.update(r["code"] for r in rec.reason_codes)
         if rec.log_z is not None:
             self.log_z.append(rec.log_z)
             self.stderr.append(rec.log_z_stderr if rec.log_z_stderr is not None else rec.delta_stderr)
@@ -370,13 +393,24 @@ def execute(
 
     With adaptive tempering nothing is trained (its moves are Metropolis moves): `iterations` is
     taken as 0. `on_datum` receives each datum's record as it is made (not the records of data a
-    resumed run had finished).
+    resumed run had finished, nor a policy's pilots'). With `plan.policy`, pilots choose the effort
+    first (the module docstring).
     """
     progress = progress or NoProgress()
+    if plan.policy is not None:
+        return _with_policy(plan, on_datum, progress)
     plan = dataclasses.replace(plan, tconf=trained_config(plan))
+    return _data_record(plan, _estimate_all(plan, on_datum, progress))
+
+
+def _estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Progress) -> _Tally:
+    """Fits (once, or per datum) and estimates every datum of `plan.target`: what the summary keeps."""
     layout = devices.particle_layout(plan.devices)
     sharding = layout.particles if layout.count > 1 else None
-    key_init, key_estimate = jax.random.split(jax.random.fold_in(jax.random.key(plan.seed), 0))
+    root = jax.random.fold_in(jax.random.key(plan.seed), 0)
+    if plan.stage is not None:
+        root = jax.random.fold_in(root, STAGE_STREAM + plan.stage)
+    key_init, key_estimate = jax.random.split(root)
     tally, params = _Tally(), None
     if plan.amortise or plan.tconf.iterations == 0:
         params = tally.trained(*_fit(
@@ -391,4 +425,66 @@ def execute(
             on_datum(rec)
         tally.add(rec)
         callback(done + 1, plan.target.num_data)
-    return _data_record(plan, tally)
+    return tally
+
+
+def stage_plan(plan: PerDatumPlan, effort: Effort, num_samples: int, index: int, pilot: bool) -> PerDatumPlan:
+    """Stage `index` of a policy run: untrained adaptive SMC at `effort`, with its own keys; a pilot
+    estimates the first `PILOT_DATA` data and keeps no checkpoint (a resumed run makes it again)."""
+    sconf, tconf = effort.configs(plan.sconf, plan.tconf)
+    target = plan.target.select(0, min(PILOT_DATA, plan.target.num_data)) if pilot else plan.target
+    checkpoint_dir = None if pilot else plan.checkpoint_dir
+    return dataclasses.replace(
+        plan, target=target, sconf=dataclasses.replace(sconf, context_dim=0), tconf=tconf, amortise=False,
+        num_samples=num_samples, particles=effort.population, stage=index, policy=None,
+        checkpoint_dir=checkpoint_dir, resume=plan.resume and not pilot,
+    )
+
+
+def _with_policy(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Progress) -> DataRecord:
+    """Pilots on the first data, then the final run over every datum (the module docstring); the
+    final run's summary, with the policy's account (`DataRecord.policy`)."""
+    policy: Policy = plan.policy
+    began = time.monotonic()
+    stages: list[dict] = []
+
+    def one(effort: Effort, n: int, pilot: bool, emit: Callable[[DatumRecord], None]) -> tuple[PerDatumPlan, _Tally]:
+        role = "pilot" if pilot else "final"
+        shown = StageProgress(progress, f"stage {len(stages) + 1} ({role})")
+        t0 = time.monotonic()
+        run = stage_plan(plan, effort, n, len(stages), pilot)
+        tally = _estimate_all(run, emit, shown)
+        indices = run.target.indices
+        stages.append({
+            "stage": len(stages), "role": role, "method": effort.describe(), "effort": dataclasses.asdict(effort),
+            "num_samples": n, "data_index": [int(indices[0]), int(indices[-1]) + 1], "counts": dict(tally.counts),
+            "reason_codes": sorted(tally.codes), "max_log_z_stderr": finite(max(tally.stderr, default=math.nan)),
+            "seconds": round(time.monotonic() - t0, 3), "decision": "",
+        })
+        return run, tally
+
+    effort = first_effort(plan)
+    for pilot_index in range(policy.max_pilots):
+        n_pilot = PILOT_POPULATIONS * effort.population
+        _, tally = one(effort, n_pilot, True, lambda rec: None)
+        ok = tally.counts["ok"] == sum(tally.counts.values())
+        raised, why = (None, "") if ok else escalate(effort, tally.codes, plan)
+        if raised is not None and raised.trained:  # no trained rung per datum
+            raised, why = None, "nothing left to raise in adaptive SMC"
+        elif raised is not None and pilot_index == policy.max_pilots - 1:
+            raised, why = None, "pilots used up"
+        if raised is not None:
+            stages[-1]["decision"], effort = f"pilot data not all ok: {why}", raised
+            continue
+        worst = types.SimpleNamespace(log_z_stderr=stages[-1]["max_log_z_stderr"])  # the largest pilot SE
+        n, size = final_samples(plan, effort, worst, n_pilot, policy.max_se)
+        verdict = "pilot data ok" if ok else f"pilot data not all ok, {why}"
+        stages[-1]["decision"] = f"{verdict}: final run over every datum at this effort, {size}"
+        break
+    run, tally = one(effort, n, False, on_datum)
+    stages[-1]["decision"] = "reported"
+    account = {
+        "max_se": policy.max_se, "time_limit": None, "stopped": "plan", "reported_stage": len(stages) - 1,
+        "seconds": round(time.monotonic() - began, 3), "stages": stages,
+    }
+    return dataclasses.replace(_data_record(run, tally), policy=account)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Iterable, Optional
@@ -55,6 +56,46 @@ def where(display: str, err: BaseException, files: Iterable[str]) -> str:
     """`file line N` for the innermost frame of `err` in `files`, else `display` alone."""
     line = user_line(err.__traceback__, files)
     return f"{display} line {line}" if line is not None else display
+
+
+# `pyfile` imports a target file as a module of this name prefix (`_mcd_target_<stem>_<n>`).
+TARGET_MODULE_PREFIX = "_mcd_target_"
+
+
+def user_frame(tb: Optional[TracebackType]) -> Optional[tuple[str, str, int]]:
+    """`(file, function, line)` of the innermost traceback frame in the user's code, if any.
+
+    The user's code is a loaded target file (a module `pyfile` imported) or a helper module in the
+    folder of one (a file it imports from next to it), never a file of mcd-cli (bundled targets
+    included) or of an installed package. Used at the command line's boundary, so that an exception
+    raised in a target's function while a run traces it is reported as the user's, not as a bug.
+    """
+    targets = [m for name, m in list(sys.modules.items()) if name.startswith(TARGET_MODULE_PREFIX)]
+    folders = {os.path.dirname(os.path.realpath(f)) for f in (getattr(m, "__file__", None) for m in targets) if f}
+    ours = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    installed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        file = os.path.realpath(frame.f_code.co_filename)
+        own = str(frame.f_globals.get("__name__", "")).startswith(TARGET_MODULE_PREFIX)
+        helper = os.path.dirname(file) in folders and not any(file.startswith(p + os.sep) for p in installed)
+        if (own or helper) and not file.startswith(ours + os.sep):  # (a bundled target is ours)
+            found = (file, frame.f_code.co_name, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def user_error(err: BaseException) -> Optional[str]:
+    """`error in FILE, function NAME (line N): Type: message` when `err` was raised in the user's
+    code (`user_frame`), else None. FILE is relative to the working directory when inside it."""
+    found = user_frame(err.__traceback__)
+    if found is None:
+        return None
+    file, function, line = found
+    shown = os.path.relpath(file)
+    shown = file if shown.startswith("..") else shown
+    return f"error in {shown}, function {function} (line {line}): {one_line(err)}"
 
 
 def default_float() -> Any:
