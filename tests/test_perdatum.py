@@ -379,15 +379,7 @@ def test_per_datum_run_checkpoints_and_resumes_to_the_uninterrupted_records(tmp_
 
     plan = perdatum.PerDatumPlan(target, sconf, **base, checkpoint_dir=tmp_path / "ck", checkpoint_every=5)
     perdatum.validate(plan)
-    first: list[dict] = []
-
-    def stop_after_two(rec):
-        first.append(rec.as_dict())
-        if len(first) == 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        perdatum.execute(plan, stop_after_two)
+    first = _interrupted_after_two(plan)
     assert (tmp_path / "ck" / "state-r0.npz").exists() and (tmp_path / "ck" / perdatum.DATA_LOG).exists()
     with pytest.raises(UsageError, match="--resume"):
         perdatum.validate(plan)
@@ -569,15 +561,7 @@ def test_policy_per_datum_resumes_its_final_run(monkeypatch, tmp_path):
     whole = perdatum.execute(base, lambda r: whole_rows.append(r.as_dict())).as_dict()
     plan = dataclasses.replace(base, checkpoint_dir=tmp_path / "ck")
     perdatum.validate(plan)
-    first: list[dict] = []
-
-    def stop_after_two(rec):
-        first.append(rec.as_dict())
-        if len(first) == 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        perdatum.execute(plan, stop_after_two)
+    first = _interrupted_after_two(plan)
     resumed = dataclasses.replace(plan, resume=True)
     perdatum.validate(resumed)
     rest: list[dict] = []
@@ -587,3 +571,17 @@ def test_policy_per_datum_resumes_its_final_run(monkeypatch, tmp_path):
     drop = lambda r: {k: v for k, v in _volatile_free(r).items() if k != "policy"}  # noqa: E731
     assert drop(summary) == drop(whole)
     assert [s["counts"] for s in summary["policy"]["stages"]] == [s["counts"] for s in whole["policy"]["stages"]]
+
+
+def _interrupted_after_two(plan) -> list[dict]:
+    """Runs `plan` and presses Ctrl-C as the second datum's record comes in; the records made."""
+    first: list[dict] = []
+
+    def stop_after_two(rec):
+        first.append(rec.as_dict())
+        if len(first) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        perdatum.execute(plan, stop_after_two)
+    return first

@@ -50,7 +50,6 @@ import functools
 import json
 import math
 import time
-import types
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -476,8 +475,8 @@ def _with_policy(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], pr
         if raised is not None:
             stages[-1]["decision"], effort = f"pilot data not all ok: {why}", raised
             continue
-        worst = types.SimpleNamespace(log_z_stderr=stages[-1]["max_log_z_stderr"])  # the largest pilot SE
-        n, size = final_samples(plan, effort, worst, n_pilot, policy.max_se)
+        # Sized for the largest pilot datum's SE.
+        n, size = final_samples(plan, effort, stages[-1]["max_log_z_stderr"], n_pilot, policy.max_se)
         verdict = "pilot data ok" if ok else f"pilot data not all ok, {why}"
         stages[-1]["decision"] = f"{verdict}: final run over every datum at this effort, {size}"
         break

@@ -178,12 +178,11 @@ def stage_plan(plan: RunPlan, effort: Effort, num_samples: int, index: int, trai
     )
 
 
-def final_samples(plan: RunPlan, effort: Effort, pilot: Any, pilot_n: int, max_se: float) -> tuple[int, str]:
+def final_samples(plan: RunPlan, effort: Effort, se: Optional[float], pilot_n: int, max_se: float) -> tuple[int, str]:
     """Particles for the final run: `plan.num_samples` (at least a pilot's worth, the populations an
     `ok` verdict needs), or more when the pilot's standard error, scaled by √(n_pilot/N), would stay
     above `max_se`: `N = n_pilot (se/max_se)²`, in whole populations, at most
     `MAX_FINAL_FACTOR × plan.num_samples`."""
-    se = pilot.log_z_stderr
     need = 0 if se is None else math.ceil(pilot_n * (se / max_se) ** 2)
     n = max(plan.num_samples, pilot_n, need)
     n = -(-n // effort.population) * effort.population
@@ -257,7 +256,7 @@ def run_policy(
             pilot = one("pilot", effort, n_pilot)
             next_effort, why = (None, "") if pilot.status == "ok" else escalate(effort, _codes(pilot), plan)
             if pilot.status == "ok" or next_effort is None or pilot_index == policy.max_pilots - 1:
-                n, size = final_samples(plan, effort, pilot, n_pilot, policy.max_se)
+                n, size = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se)
                 verdict = "pilot ok" if pilot.status == "ok" else f"pilot {pilot.status}, {why or 'pilots used up'}"
                 decide(f"{verdict}: final run at this effort, {size}")
                 final = (effort, n)
