@@ -420,7 +420,7 @@ def test_command_line_estimates_the_evidence_of_a_data_file(mcd, tmp_path):
         ),
         ('numpyro.sample("y", dist.Normal(0.0, 1.0), obs=y)', "no latent sample site"),
         ("return y.sum()", "no numpyro.sample site; is it a NumPyro model?"),
-        ('a = numpyro.sample("a", dist.Normal())\n    raise RuntimeError("boom")', "bad.py line 8: the model raised RuntimeError: boom"),
+        ('a = numpyro.sample("a", dist.Normal())\n    raise RuntimeError("boom")', "bad.py, function model (line 8): RuntimeError: boom"),
     ],
 )
 def test_models_that_cannot_be_targets(tmp_path, body, expected):

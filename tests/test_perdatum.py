@@ -6,6 +6,7 @@ z ~ N(0, I_2), x | z ~ N(W z, σ² I_3), so p(x) = N(x; 0, W Wᵀ + σ² I) in c
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import textwrap
 import tracemalloc
@@ -19,7 +20,7 @@ from jax.scipy.stats import multivariate_normal, norm
 from conftest import one_line_error, records
 from rich.console import Console
 
-from mcd_cli import amortised, annealing, report, score
+from mcd_cli import amortised, annealing, checkpoint, report, score
 from mcd_cli.run import Policy, perdatum, smc_kernels
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError
@@ -135,8 +136,10 @@ def test_estimation_memory_does_not_grow_with_the_number_of_data(sconf):
         perdatum.execute(plan, lambda rec: None)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-    # Keeping every datum's 4096 float64 weights would need 1.6 MB at n = 50, several times the peak.
-    assert peaks[1] <= 1.2 * peaks[0], peaks
+    # Keeping each datum's 4096 float64 weights would add 45 × 32 kB = 1.5 MB from 5 data to 50;
+    # what does grow is JAX's own bookkeeping of its eager calls (about 2 kB per datum: the key's
+    # fold_in, the reference log_z), so the bound is a quarter of what keeping the weights adds.
+    assert peaks[1] - peaks[0] < 0.25 * 45 * 4096 * 8, peaks
 
 
 POST_COV = np.linalg.inv(np.eye(D) + W.T @ W / SIGMA**2)
@@ -417,6 +420,44 @@ def test_cli_resumes_a_checkpointed_per_datum_run_without_estimating_the_finishe
     assert _volatile_free(resumed[-1]) == _volatile_free(first[-1])
 
 
+def test_a_data_log_line_that_cannot_be_written_is_a_warning_and_resume_estimates_that_datum(
+    mcd, target_file, tmp_path, monkeypatch
+):
+    """The data log is insurance: a full disk while datum 1's line is appended warns once, counts the
+    failure in the summary and goes on; a resume estimates datum 1 again, and only it."""
+    ck = tmp_path / "ck"
+    args = ["estimate", target_file, "--data-index", "0:3", "--amortise", "--backward", "ais", "--steps", "2",
+            "--iterations", "2", "--batch-size", "16", "--samples", "128", "--resample", "0",
+            "--checkpoint", ck, "--checkpoint-every", "1", "--json"]
+    real, calls = checkpoint.append_line, []
+
+    def full_disk_on_the_second(path, line):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, line)
+
+    monkeypatch.setattr(checkpoint, "append_line", full_disk_on_the_second)
+    code, out, err = mcd(args)
+    monkeypatch.undo()
+    assert code == 0, err
+    first = records(out)
+    assert [d["datum"] for d in first[:-1]] == [0, 1, 2] and first[-1]["checkpoint_failures"] == 1
+    warnings = [line for line in err.splitlines() if "data log" in line]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0]
+    log = ck / perdatum.DATA_LOG
+    assert [json.loads(line)["datum"] for line in log.read_text().splitlines()] == [0, 2]
+    code, out, err = mcd([*args, "--resume"])
+    assert code == 0, err
+    resumed = records(out)
+    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert [strip(d) for d in resumed[:-1]] == [strip(first[1])]
+    drop = {"checkpoint_failures"}
+    assert {k: v for k, v in _volatile_free(resumed[-1]).items() if k not in drop} == {
+        k: v for k, v in _volatile_free(first[-1]).items() if k not in drop
+    }
+
+
 def test_a_datum_record_reads_back_from_its_json_line():
     """The resume log's line format: `as_dict` as JSON, read back by `from_dict` to an equal record."""
     rng = np.random.default_rng(0)
@@ -477,8 +518,11 @@ def test_cli_per_datum_default_is_the_policy(mcd, target_file):
     for d in data:
         assert d["smc"]["schedule"] == "adaptive" and d["smc"]["refine"] == "hmc"
         assert d["smc"]["particles"] == final["effort"]["population"]
-        assert d["seconds"] < 5, d  # an untrained SMC run per datum, compiled once
     assert summary["iterations"] == 0 and summary["label"] == "SMC-HMC"
+    console = Console(width=250, record=True)
+    console.print(report.per_datum_table(summary))
+    row = next(line for line in console.export_text().splitlines() if line.strip().startswith("policy"))
+    assert "pilot" in row and "data 0:4: " in row and f"final {final['num_samples']} (data 0:5: " in row
     code, again, err = mcd(args)
     assert code == 0, err
     strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "estimate_seconds", "policy")}  # noqa: E731

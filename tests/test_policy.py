@@ -35,6 +35,7 @@ class _Record:
     combined: _Combined
     plan: Any = None
     policy: Optional[dict] = None
+    smc: tuple = ()
 
 
 class _Target:
@@ -106,7 +107,10 @@ def test_the_final_run_grows_until_the_pilots_standard_error_reaches_max_se():
         (("moves_barely_move",), {"moves"}),
         (("pareto_k_high",), {"target_ess", "population"}),
         (("genealogy_collapsed",), {"population"}),
-        (("ess_rough", "not_at_equilibrium"), {"moves", "population"}),
+        # Moves before particles: a population that did not mix is not grown until it does...
+        (("ess_rough", "not_at_equilibrium"), {"moves"}),
+        # ...but degenerate weights grow it alongside.
+        (("pareto_k_warn", "not_at_equilibrium"), {"moves", "target_ess", "population"}),
     ],
 )
 def test_each_family_of_reasons_raises_its_own_part_of_the_effort(codes, changed):
@@ -116,6 +120,58 @@ def test_each_family_of_reasons_raises_its_own_part_of_the_effort(codes, changed
     differ = {f.name for f in dataclasses.fields(first) if getattr(first, f.name) != getattr(second, f.name)}
     assert differ == changed
     assert calls[1].sconf.refine_steps == second.moves and calls[1].sconf.target_ess == second.target_ess
+
+
+def test_a_small_population_grows_once_its_moves_are_at_their_cap():
+    codes = {"genealogy_collapsed", "not_at_equilibrium"}
+    mixing = pol.Effort(pol.POLICY_MAX_MOVES // 2, 0.5, 2048)
+    raised, _ = pol.escalate(mixing, codes, _plan())
+    assert (raised.moves, raised.population) == (pol.POLICY_MAX_MOVES, 2048)
+    raised, why = pol.escalate(raised, codes, _plan())
+    assert (raised.moves, raised.population) == (pol.POLICY_MAX_MOVES, 4096) and "larger" in why
+
+
+def _barely(correlation: float) -> _Record:
+    return _Record(0.0, 0.05, "warn", _Combined((Reason("moves_barely_move", {"correlation": correlation}),)))
+
+
+@pytest.mark.parametrize("second, then", [(0.45, "trained"), (0.2, "more moves")])
+def test_moves_that_stop_mixing_better_go_to_trained_kernels(second, then):
+    """Doubling the moves took the correlation from 0.5 to `second`: geometric mixing would give
+    0.25 (half of that, in logarithms, 0.35), so 0.45 means the moves are stuck (the next pilot
+    trains) and 0.2 that they mix (more moves)."""
+    calls, verdicts = [], [_barely(0.5), _barely(second), _Record(0.0, 0.05, "ok", _Combined(()))]
+
+    def execute_stage(plan, progress):
+        calls.append(plan)
+        return dataclasses.replace(verdicts[min(len(calls), 3) - 1], plan=plan)
+
+    pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    moves = [c.sconf.refine_steps for c in calls[:3]]
+    assert moves[:2] == [pol.POLICY_START["refine_steps"], 2 * pol.POLICY_START["refine_steps"]]
+    if then == "trained":
+        assert calls[2].sconf.backward == "mcd" and not calls[2].sconf.adaptive
+    else:
+        assert calls[2].sconf.adaptive and moves[2] == pol.POLICY_MAX_MOVES
+
+
+@pytest.mark.parametrize("z, escalated", [(2.5, True), (1.5, False)])
+def test_an_ok_pilot_whose_drift_the_final_size_would_show_raises_the_moves(z, escalated):
+    """The final run has twice the pilot's particles, so the pilot's stationarity |z| is judged
+    times √2: 2.5 → 3.5 is past the threshold (more moves, another pilot); 1.5 → 2.1 is not."""
+    calls = []
+    ok = _Record(0.0, 0.05, "ok", _Combined(()))
+
+    def execute_stage(plan, progress):
+        calls.append(plan)
+        return dataclasses.replace(ok, plan=plan, smc=({"stationarity_z": z if len(calls) == 1 else 0.1},))
+
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    roles = [s["role"] for s in rec.policy["stages"]]
+    assert roles == (["pilot", "pilot", "final"] if escalated else ["pilot", "final"])
+    if escalated:
+        assert calls[1].sconf.refine_steps == 2 * calls[0].sconf.refine_steps
+        assert "stationarity z at the final run's 16384 particles would be 3.5" in rec.policy["stages"][0]["decision"]
 
 
 def test_reasons_nothing_can_raise_lead_to_trained_kernels_and_then_to_the_final_run():

@@ -258,7 +258,7 @@ def test_import_error_names_the_missing_module(tmp_path):
 
 def test_exception_while_importing(tmp_path):
     path = write(tmp_path, "raises_at_import.py", "dim = 2\nraise RuntimeError('no data here')\n")
-    assert "line 2: error while importing the file: RuntimeError: no data here" in error_of(str(path))
+    assert error_of(str(path)) == f"error in {path}, top level (line 2): RuntimeError: no data here"
 
 
 def test_no_log_density_nor_make_target(tmp_path):
@@ -302,7 +302,7 @@ def test_dim_not_matching_the_function(tmp_path):
         """,
     )
     message = error_of(str(path))
-    assert f"{path} line 5: log_density raised TypeError" in message
+    assert message.startswith(f"error in {path}, function log_density (line 5): TypeError")
     assert message.endswith("(x has shape (3,); does dim = 3 match the function?)")
 
 
@@ -335,10 +335,10 @@ def test_exception_raised_by_the_users_function(tmp_path):
         """,
     )
     assert error_of(str(path)) == (
-        f"{path} line 3: log_density raised ValueError: temperature must be set first"
+        f"error in {path}, function log_density (line 3): ValueError: temperature must be set first"
     )
     path = write(tmp_path, "mk.py", "def make_target(dim=2):\n    raise RuntimeError('boom')\n")
-    assert error_of(str(path)) == f"{path} line 2: make_target raised RuntimeError: boom"
+    assert error_of(str(path)) == f"error in {path}, function make_target (line 2): RuntimeError: boom"
 
 
 # ---------------------------------------------------------------- bad input: parameters

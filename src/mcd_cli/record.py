@@ -448,6 +448,7 @@ class DataRecord:
     x64: bool
     version: str = __version__
     policy: Optional[dict] = None  # the default policy's stages (run.perdatum); None when options fixed the method
+    checkpoint_failures: int = 0  # data-log lines that could not be written (the run went on)
 
     def as_dict(self) -> dict:
         """The JSON line (docs/json.md)."""
@@ -463,7 +464,7 @@ class DataRecord:
             "not_ok": c["warn"] + c["unreliable"] + c["failed"], "num_samples": self.num_samples, "smc": self.smc,
             "iterations": t.iterations, "batch_size": t.batch_size, "data_batch": self.data_batch, "lr": t.lr,
             "skipped_steps": self.skipped_steps, "recoveries": self.recoveries,
-            "train_seconds": round(self.train_seconds, 3), "estimate_seconds": round(self.estimate_seconds, 3),
+            "checkpoint_failures": int(self.checkpoint_failures), "train_seconds": round(self.train_seconds, 3), "estimate_seconds": round(self.estimate_seconds, 3),
             "seed": self.seed, "sampler_config": dataclasses.asdict(s), "train_config": dataclasses.asdict(t),
             "device": self.device, "precision": "float64" if self.x64 else "float32", "version": self.version,
             "policy": self.policy,

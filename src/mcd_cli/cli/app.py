@@ -67,8 +67,8 @@ def message(exc: BaseException, prog: str = "mcd") -> str:
     if isinstance(exc, MemoryError):
         return f"{prog}: error: out of memory; lower --batch-size, --steps, --samples or the dimension"
     text = one_line(str(exc)) or type(exc).__name__
-    if isinstance(exc, McdError):
-        return f"{prog}: error: {text}"
+    if isinstance(exc, McdError):  # ("error in FILE, ..." names the user's code: not doubled)
+        return f"{prog}: {text}" if text.startswith("error in ") else f"{prog}: error: {text}"
     from mcd_cli.targets.validate import user_error
 
     theirs = user_error(exc)

@@ -148,6 +148,8 @@ def per_datum_table(rec: dict) -> Table:
     table.add_row("estimator", estimator)
     if smc is not None:
         table.add_row("SMC", per_datum_smc_line(smc))
+    if rec.get("policy"):
+        table.add_row("policy", policy_line(rec["policy"]))
     mean = Text(fmt(rec["mean_log_z"]), style="bold")
     if rec["num_estimated"] < rec["num_data"]:
         mean.append(f"  (over the {rec['num_estimated']} data with a finite estimate)", style="")
@@ -302,12 +304,26 @@ def check_table(target: Any, result: Any) -> Table:
 
 
 
+def _stage_verdict(stage: dict) -> str:
+    """A stage's verdict: its status, or for a per-datum stage its data's verdicts counted."""
+    if "counts" not in stage:
+        return stage["status"]
+    lo, hi = stage["data_index"]
+    counts = ", ".join(f"{n} {name}" for name, n in stage["counts"].items() if n)
+    return f"data {lo}:{hi}: {counts}"
+
+
 def policy_line(policy: dict) -> str:
-    """The default policy's stages in one line: each stage's role, size, verdict and time, and why
-    the run stopped when it stopped early."""
-    stages = [
-        f"{st['role']} {st['num_samples']} ({st['status']}, {st['seconds']:.1f} s)" for st in policy["stages"]
-    ]
+    """The default policy's stages in one line: each stage's role, size (particles per datum for a
+    per-datum run), verdict and time, and why the run stopped when it stopped early.
+
+    Example:
+        >>> st = {"role": "pilot", "num_samples": 8192, "data_index": [0, 4], "counts": {"ok": 4, "warn": 0},
+        ...       "seconds": 3.0, "method": "adaptive SMC"}
+        >>> policy_line({"stages": [st], "seconds": 3.5, "stopped": "plan"})
+        'pilot 8192 (data 0:4: 4 ok, 3.0 s); adaptive SMC; 3.5 s in all'
+    """
+    stages = [f"{st['role']} {st['num_samples']} ({_stage_verdict(st)}, {st['seconds']:.1f} s)" for st in policy["stages"]]
     last = policy["stages"][-1]
     effort = last["method"]
     line = f"{' → '.join(stages)}; {effort}; {policy['seconds']:.1f} s in all"

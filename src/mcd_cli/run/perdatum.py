@@ -49,6 +49,7 @@ import dataclasses
 import functools
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -59,14 +60,15 @@ import numpy as np
 
 from mcd_cli import amortised, annealing, checkpoint, devices, smc
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.errors import RunFailed, UsageError
+from mcd_cli.errors import RunFailed, UsageError, os_reason
 from mcd_cli.record import DataRecord, DatumRecord, TargetInfo, finite
 from mcd_cli.run.defaults import DEFAULT_CHUNK, PILOT_POPULATIONS, population_size
-from mcd_cli.run.estimate import estimate_populations, smc_settings
+from mcd_cli.run.estimate import estimate_populations
 from mcd_cli.run.fit import Checkpoints, saved_on_interrupt, trained_config
 from mcd_cli.run.plan import STAGE_STREAM, NoProgress, Progress, device_name
 from mcd_cli.run.policy import Effort, Policy, StageProgress, escalate, final_samples, first_effort
 from mcd_cli.run.smc_kernels import run_smc
+from mcd_cli.run.tally import Tally
 from mcd_cli.run.validate import validate_populations
 from mcd_cli.stats import Estimate, summarize, summarize_data
 from mcd_cli.targets.conditional import ConditionalTarget, datum_target
@@ -248,67 +250,6 @@ def _estimate_datum(plan: PerDatumPlan, params, key: jax.Array, x: np.ndarray, s
     return dataclasses.replace(est, seconds=time.perf_counter() - t0), diagnostics
 
 
-class _SMCTotals:
-    """Running means over the data of the SMC diagnostics (constant memory in the number of data)."""
-
-    def __init__(self) -> None:
-        self.count, self.steps, self.resamplings, self.final_ess = 0, 0.0, 0.0, 0.0
-        self.accept, self.accept_count, self.log_z_is, self.is_count = 0.0, 0, 0.0, 0
-
-    def add(self, d: dict) -> None:
-        self.count += 1
-        self.steps += float(np.mean(d["steps"]))
-        self.resamplings += float(np.mean(d["resamplings"]))
-        self.final_ess += float(np.mean(d["final_ess"]))
-        if d["mean_acceptance"] is not None:
-            self.accept, self.accept_count = self.accept + d["mean_acceptance"], self.accept_count + 1
-        if d["log_z_is"] is not None and math.isfinite(d["log_z_is"]):
-            self.log_z_is, self.is_count = self.log_z_is + d["log_z_is"], self.is_count + 1
-
-    def section(self, s: SamplerConfig, population: int, populations: int) -> dict:
-        mean = lambda total, n: finite(total / n) if n else None  # noqa: E731
-        return {
-            **smc_settings(s, population, populations),
-            "mean_steps": mean(self.steps, self.count),
-            "mean_resamplings": mean(self.resamplings, self.count),
-            "mean_final_ess": mean(self.final_ess, self.count),
-            "mean_acceptance": mean(self.accept, self.accept_count),
-            "mean_log_z_is": mean(self.log_z_is, self.is_count) if self.is_count == self.count else None,
-        }
-
-
-class _Tally:
-    """What the summary keeps as the data are estimated: each datum's log Ẑ and standard error (two
-    numbers), the counts by status, the SMC running means, and the training and estimation totals."""
-
-    def __init__(self) -> None:
-        self.log_z: list[float] = []
-        self.stderr: list[float] = []
-        self.known: list[float] = []
-        self.counts = {"ok": 0, "warn": 0, "unreliable": 0, "failed": 0}
-        self.codes: set[str] = set()  # the distinct reason codes of the data's verdicts
-        self.smc = _SMCTotals()
-        self.train_seconds, self.estimate_seconds, self.skipped, self.recoveries = 0.0, 0.0, 0, 0
-
-    def trained(self, params: Any, seconds: float, skipped: int, recoveries: int) -> Any:
-        """Counts one training (`_fit`'s result) and returns its parameters."""
-        self.train_seconds, self.skipped, self.recoveries = (
-            self.train_seconds + seconds, self.skipped + skipped, self.recoveries + recoveries
-        )
-        return params
-
-    def add(self, rec: DatumRecord) -> None:
-        if rec.smc is not None:
-            self.smc.add(rec.smc)
-        self.counts[rec.status] += 1
-        self.codes.update(r["code"] for r in rec.reason_codes)
-        if rec.log_z is not None:
-            self.log_z.append(rec.log_z)
-            self.stderr.append(rec.log_z_stderr if rec.log_z_stderr is not None else rec.delta_stderr)
-            if rec.known_log_z is not None:
-                self.known.append(rec.known_log_z)
-
-
 def _finished(plan: PerDatumPlan) -> dict[int, DatumRecord]:
     """The records of the data a resumed run already estimated (from `DIR/data.jsonl`)."""
     if plan.checkpoint_dir is None or not plan.resume:
@@ -328,7 +269,7 @@ def _finished(plan: PerDatumPlan) -> dict[int, DatumRecord]:
 
 def _datum(
     plan: PerDatumPlan, params: Any, keys: tuple[jax.Array, jax.Array], index: int, x: np.ndarray, sharding: Any,
-    progress: Progress, tally: _Tally,
+    progress: Progress, tally: Tally,
 ) -> DatumRecord:
     """Datum `index`'s record: its own training first when nothing was trained for all the data
     (`params` None), then its estimate; appended to the checkpoint's data log."""
@@ -348,11 +289,28 @@ def _datum(
         rec = DatumRecord.of(index, None, known, str(err))
     tally.estimate_seconds += time.perf_counter() - t0
     if plan.checkpoint_dir is not None and devices.is_primary():
-        checkpoint.append_line(Path(plan.checkpoint_dir) / DATA_LOG, json.dumps(rec.as_dict(), allow_nan=False))
+        _log_datum(Path(plan.checkpoint_dir) / DATA_LOG, rec, tally)
     return rec
 
 
-def _data_record(plan: PerDatumPlan, tally: _Tally) -> DataRecord:
+def _log_datum(path: Path, rec: DatumRecord, tally: Tally) -> None:
+    """Appends a datum's record to the data log. The log is insurance, not a failure mode: a line
+    that cannot be written is not in it (`checkpoint.append_line` is all or nothing), the first
+    failure is warned about on stderr, every one is counted, and the run goes on (a resume then
+    estimates that datum again)."""
+    try:
+        checkpoint.append_line(path, json.dumps(rec.as_dict(), allow_nan=False))
+    except OSError as err:
+        tally.checkpoint_failures += 1
+        if tally.checkpoint_failures == 1:
+            print(
+                f"warning: cannot append to the data log '{path}' ({os_reason(err)}); the run goes on (--resume "
+                "would estimate the data missing from it again); failures are counted in the summary's "
+                "checkpoint_failures", file=sys.stderr, flush=True,
+            )
+
+
+def _data_record(plan: PerDatumPlan, tally: Tally) -> DataRecord:
     """The summary record of the data `tally` counted; `RunFailed` when none gave a finite estimate."""
     target, s, t = plan.target, plan.sconf, plan.tconf
     if not tally.log_z:
@@ -377,6 +335,7 @@ def _data_record(plan: PerDatumPlan, tally: _Tally) -> DataRecord:
         data_batch=amortised.batch_shape(target.num_data if plan.amortise else 1, t.batch_size, plan.data_batch)[0],
         skipped_steps=tally.skipped,
         recoveries=tally.recoveries,
+        checkpoint_failures=tally.checkpoint_failures,
         train_seconds=tally.train_seconds,
         estimate_seconds=tally.estimate_seconds,
         seed=plan.seed,
@@ -402,7 +361,7 @@ def execute(
     return _data_record(plan, _estimate_all(plan, on_datum, progress))
 
 
-def _estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Progress) -> _Tally:
+def _estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Progress) -> Tally:
     """Fits (once, or per datum) and estimates every datum of `plan.target`: what the summary keeps."""
     layout = devices.particle_layout(plan.devices)
     sharding = layout.particles if layout.count > 1 else None
@@ -410,7 +369,7 @@ def _estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], p
     if plan.stage is not None:
         root = jax.random.fold_in(root, STAGE_STREAM + plan.stage)
     key_init, key_estimate = jax.random.split(root)
-    tally, params = _Tally(), None
+    tally, params = Tally(), None
     if plan.amortise or plan.tconf.iterations == 0:
         params = tally.trained(*_fit(
             plan, key_init, plan.target.data, progress, "training (amortised)", Checkpoints.of(plan, 0)
@@ -447,7 +406,7 @@ def _with_policy(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], pr
     began = time.monotonic()
     stages: list[dict] = []
 
-    def one(effort: Effort, n: int, pilot: bool, emit: Callable[[DatumRecord], None]) -> tuple[PerDatumPlan, _Tally]:
+    def one(effort: Effort, n: int, pilot: bool, emit: Callable[[DatumRecord], None]) -> tuple[PerDatumPlan, Tally]:
         role = "pilot" if pilot else "final"
         shown = StageProgress(progress, f"stage {len(stages) + 1} ({role})")
         t0 = time.monotonic()

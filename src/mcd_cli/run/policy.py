@@ -31,6 +31,7 @@ from mcd_cli.run.defaults import (
     POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED, population_size,
 )
 from mcd_cli.run.plan import Progress, RunPlan
+from mcd_cli.stats.smc import STATIONARITY_WARN
 
 # What a pilot's reasons ask for. The moves did not mix: more moves per temperature.
 MIXING = frozenset({"moves_barely_move", "not_at_equilibrium"})
@@ -116,26 +117,63 @@ def first_effort(plan: RunPlan) -> Effort:
     return Effort(POLICY_START["refine_steps"], POLICY_START["target_ess"], population)
 
 
-def escalate(effort: Effort, codes: set, plan: RunPlan) -> tuple[Optional[Effort], str]:
+def escalate(effort: Effort, codes: set, plan: RunPlan, moves_stalled: bool = False) -> tuple[Optional[Effort], str]:
     """The next effort after a pilot whose verdict gave the reason `codes`, and why; None when
     nothing is left to raise. Each family of reasons raises its own part (moves for poor mixing,
     the conditional ESS for degenerate weights, the population for runs too small to measure
-    themselves); a part at its cap, or reasons of no family, go to trained kernels."""
+    themselves); a part at its cap, or reasons of no family, go to trained kernels. Moves come
+    before particles: a population whose moves did not mix keeps the duplicates resampling made, so
+    its genealogy collapses and its ESS is rough whatever its size; only once the moves mix (or are
+    at their cap) do reasons of a small population grow it. `moves_stalled` (`mixing_stalled`):
+    doubling the moves did not lower their correlation as mixing would, so the moves count as at
+    their cap."""
     cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
     moves, ess, population = effort.moves, effort.target_ess, effort.population
     why = []
-    if codes & MIXING and moves < POLICY_MAX_MOVES:
+    more_moves = bool(codes & MIXING) and moves < POLICY_MAX_MOVES and not moves_stalled
+    if more_moves:
         moves, why = min(2 * moves, POLICY_MAX_MOVES), why + ["the moves did not mix: more moves"]
     higher = [e for e in POLICY_TARGET_ESS if e > ess]
     if codes & DEGENERATE and higher:
         ess, why = higher[0], why + ["the weights degenerated: more temperatures"]
-    if codes & (SMALL | DEGENERATE) and population < cap:
+    if (codes & DEGENERATE or (codes & SMALL and not more_moves)) and population < cap:
         population, why = min(2 * population, cap), why + ["populations too small to measure: larger ones"]
     if why and not effort.trained:
         return Effort(moves, ess, population), "; ".join(why)
     if not effort.trained:
-        return Effort(moves, ess, population, trained=True), "nothing left to raise in adaptive SMC: trained kernels"
+        stalled = "more moves stopped helping the moves mix; " if moves_stalled and codes & MIXING else ""
+        return Effort(moves, ess, population, trained=True), f"{stalled}nothing left to raise in adaptive SMC: trained kernels"
     return None, "nothing left to raise"
+
+
+def _correlation(record: Any) -> Optional[float]:
+    """The move correlation a record's `moves_barely_move` reason measured, if it has one."""
+    return next((r.params.get("correlation") for r in record.combined.reasons if r.code == "moves_barely_move"), None)
+
+
+def mixing_stalled(before: "Stage", after: "Stage") -> bool:
+    """Did raising the moves from pilot `before` to pilot `after` fail to mix? Moves that mix
+    shrink the correlation between a particle before and after them geometrically, about c → c^m
+    for m times the moves; when both pilots' moves barely moved and the correlation fell by less
+    than half of that, in logarithms (above `c^((1 + m)/2)`: 0.35 from 0.5 for twice the moves),
+    what holds the particles is no number of moves (a mode they cannot leave: its share of the
+    spread stays whatever the moves do), and more would be wasted.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> from mcd_cli.stats.reasons import Reason
+        >>> def stage(moves, c):
+        ...     rec = S(combined=S(reasons=(Reason("moves_barely_move", {"correlation": c}),)))
+        ...     return S(effort=S(moves=moves, trained=False), record=rec)
+        >>> mixing_stalled(stage(15, 0.5), stage(30, 0.45)), mixing_stalled(stage(15, 0.5), stage(30, 0.3))
+        (True, False)
+    """
+    if before.effort.trained or after.effort.trained or after.effort.moves <= before.effort.moves:
+        return False
+    c0, c1 = _correlation(before.record), _correlation(after.record)
+    if c0 is None or c1 is None or not (0 < c0 < 1):
+        return False
+    return c1 > c0 ** (0.5 * (1 + after.effort.moves / before.effort.moves))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,14 +292,22 @@ def run_policy(
                 stopped = "time_limit"
                 break
             pilot = one("pilot", effort, n_pilot)
-            next_effort, why = (None, "") if pilot.status == "ok" else escalate(effort, _codes(pilot), plan)
-            if pilot.status == "ok" or next_effort is None or pilot_index == policy.max_pilots - 1:
+            stalled = len(stages) > 1 and mixing_stalled(stages[-2], stages[-1])
+            codes, usable, status = _codes(pilot), pilot.status == "ok", pilot.status
+            if usable:  # an `ok` pilot whose drift the final run's size would show is not enough
+                n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se)
+                drift = scaled_drift(pilot, n_pilot, n)
+                if drift is not None and drift > STATIONARITY_WARN:
+                    codes, usable = codes | {"not_at_equilibrium"}, False
+                    status = f"ok, but its stationarity z at the final run's {n} particles would be {drift:.2g}"
+            next_effort, why = (None, "") if usable else escalate(effort, codes, plan, stalled)
+            if usable or next_effort is None or pilot_index == policy.max_pilots - 1:
                 n, size = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se)
-                verdict = "pilot ok" if pilot.status == "ok" else f"pilot {pilot.status}, {why or 'pilots used up'}"
+                verdict = "pilot ok" if usable else f"pilot {status}, {why or 'pilots used up'}"
                 decide(f"{verdict}: final run at this effort, {size}")
                 final = (effort, n)
                 break
-            decide(f"pilot {pilot.status}: {why}")
+            decide(f"pilot {status}: {why}")
             effort = next_effort
         if final is not None:
             effort, n = final
@@ -293,6 +339,27 @@ def run_policy(
         "stages": [s.as_dict() for s in stages],
     }
     return dataclasses.replace(stages[-1].record, policy=account)
+
+
+def scaled_drift(record: Any, n_pilot: int, n_final: int) -> Optional[float]:
+    """The pilot's stationarity |z| scaled to a run of `n_final` particles (None without one).
+
+    The drift of log γ under extra moves is a property of the effort, not of the run's size, while
+    its standard error falls as 1/√N: the final run's test sees a drift the pilot's smaller one
+    may not. Judged at the final size, a pilot at equilibrium exceeds `STATIONARITY_WARN` only when
+    its own |z| > 3/√(n_final/n_pilot) (2.1 for a final run twice its size: about 3 % of them), and
+    the price of that false alarm is one more pilot, never a wrong verdict.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> round(scaled_drift(S(smc=({"stationarity_z": -2.5},)), 8192, 16384), 2)
+        3.54
+    """
+    sections = getattr(record, "smc", None) or ()
+    z = sections[0].get("stationarity_z") if sections else None
+    if z is None or not math.isfinite(z):
+        return None
+    return abs(z) * math.sqrt(n_final / n_pilot)
 
 
 def _codes(record: Any) -> set:

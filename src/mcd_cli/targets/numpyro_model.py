@@ -40,7 +40,7 @@ from jax.flatten_util import ravel_pytree
 
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.fields import build_from_file
-from mcd_cli.targets.validate import one_line, where
+from mcd_cli.targets.validate import one_line, user_error, where
 
 DEFAULT_MODEL = "model"
 INSTALL_HINT = "pip install 'mcd-cli[numpyro]'"
@@ -296,7 +296,8 @@ def model_density(
     except TargetError:
         raise
     except Exception as err:  # the user's model may raise anything
-        raise TargetError(f"{where(what, err, files)}: the model raised {one_line(err)}") from None
+        named = user_error(err, (what, files[0]) if files else None)
+        raise TargetError(named or f"{where(what, err, files)}: the model raised {one_line(err)}") from None
     if not found["latents"]:
         raise TargetError(
             f"{what}: the model has no latent sample site (every site is observed), so there is "
@@ -332,7 +333,8 @@ def _call_log_z(log_z: Callable, kwargs: Mapping[str, Any], display: str, path: 
     try:
         return log_z(**given)
     except Exception as err:  # the user's function may raise anything
-        raise TargetError(f"{where(display, err, [str(path)])}: log_z raised {one_line(err)}") from None
+        named = user_error(err, (display, path))
+        raise TargetError(named or f"{where(display, err, [str(path)])}: log_z raised {one_line(err)}") from None
 
 
 def from_module(

@@ -34,7 +34,7 @@ from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.fields import build_from_file
 from mcd_cli.targets.numpyro_model import missing_numpyro
 from mcd_cli.targets.params import bind_params, declared_params
-from mcd_cli.targets.validate import one_line, where
+from mcd_cli.targets.validate import one_line, user_error, where
 
 RESULT_KEYS = ("log_density", "dim", "log_z", "initial", "name", "description")
 
@@ -90,9 +90,10 @@ def _import(path: Path, display: str) -> ModuleType:
             f"{err.filename} line {err.lineno}: syntax error: {err.msg} (imported by {display})"
         ) from None
     except (Exception, SystemExit) as err:  # the user's module may raise anything while importing
+        named = user_error(err, (display, path))  # (while the module is still registered as the user's)
         sys.modules.pop(module_name, None)
         raise TargetError(
-            f"{where(display, err, [path])}: error while importing the file: {one_line(err)}"
+            named or f"{where(display, err, [path])}: error while importing the file: {one_line(err)}"
         ) from None
     return module
 
@@ -107,7 +108,8 @@ def _from_make_target(
     except TargetError as err:
         raise TargetError(f"{display}: {err}") from None
     except Exception as err:  # the user's function may raise anything
-        raise TargetError(f"{where(display, err, [path])}: make_target raised {one_line(err)}") from None
+        named = user_error(err, (display, path))
+        raise TargetError(named or f"{where(display, err, [path])}: make_target raised {one_line(err)}") from None
     if isinstance(result, Target):
         fields = {k: getattr(result, k) for k in ("log_density", "dim", "log_z", "name", "description")}
         if result.initial_declared:

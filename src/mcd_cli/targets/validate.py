@@ -86,16 +86,27 @@ def user_frame(tb: Optional[TracebackType]) -> Optional[tuple[str, str, int]]:
     return found
 
 
-def user_error(err: BaseException) -> Optional[str]:
+def user_error(err: BaseException, loading: Optional[tuple[str, Any]] = None) -> Optional[str]:
     """`error in FILE, function NAME (line N): Type: message` when `err` was raised in the user's
-    code (`user_frame`), else None. FILE is relative to the working directory when inside it."""
+    code (`user_frame`), else None; `top level` for code outside any function (a module being
+    imported). `loading`: `(display, path)` of the target file being loaded, named as
+    `(while loading DISPLAY)` when the error is in another file (a helper it imports). FILE is
+    relative to the working directory when inside it.
+
+    Example:
+        >>> user_error(ValueError("not from a user's file")) is None
+        True
+    """
     found = user_frame(err.__traceback__)
     if found is None:
         return None
     file, function, line = found
     shown = os.path.relpath(file)
     shown = file if shown.startswith("..") else shown
-    return f"error in {shown}, function {function} (line {line}): {one_line(err)}"
+    place = "top level" if function == "<module>" else f"function {function}"
+    other = loading is not None and os.path.realpath(str(loading[1])) != file
+    suffix = f" (while loading {loading[0]})" if other else ""
+    return f"error in {shown}, {place} (line {line}): {one_line(err)}{suffix}"
 
 
 def default_float() -> Any:
@@ -147,7 +158,10 @@ def probe(log_density: LogDensity, dim: int, display: str, files: Iterable[str] 
         hint = ""
         if any(w in str(err).lower() for w in ("shape", "dimension", "broadcast", "index")):
             hint = f" (x has shape ({dim},); does dim = {dim} match the function?)"
-        raise TargetError(f"{where(display, err, files)}: log_density raised {one_line(err)}{hint}") from None
+        named = user_error(err, (display, files[0]) if files else None)
+        raise TargetError(
+            named + hint if named else f"{where(display, err, files)}: log_density raised {one_line(err)}{hint}"
+        ) from None
     if out.shape != ():
         hint = " (sum over coordinates with jnp.sum)" if out.shape == (dim,) else ""
         raise TargetError(
