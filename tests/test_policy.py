@@ -100,6 +100,16 @@ def test_the_final_run_grows_until_the_pilots_standard_error_reaches_max_se():
     assert calls[1].num_samples == pol.MAX_FINAL_FACTOR * 16384
 
 
+def test_only_an_ok_pilot_sizes_the_final_run():
+    """A last pilot that is not `ok` has a standard error nobody should trust: the final run is made
+    at `--samples` (or the pilot's size), not grown towards max_se from it."""
+    bad = ("warn", 5.0, ("pareto_k_warn",))
+    execute_stage, calls = _script(*[bad] * 4, ("warn", 5.0, ()))
+    pol.run_policy(_plan(max_se=0.1), run.NoProgress(), execute_stage)
+    stages = [c.stage for c in calls]
+    assert stages == list(range(len(calls))) and calls[-1].num_samples == max(16384, calls[-2].num_samples)
+
+
 @pytest.mark.parametrize(
     "codes, changed",
     [

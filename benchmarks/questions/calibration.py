@@ -99,6 +99,25 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
     return cell
 
 
+# Why a target's runs are not `ok` under the default policy, when no effort within its cap makes
+# them so: what the verdicts said, and the sampler that would be needed (rendered beside the table).
+NOT_OK_WHY = {
+    "funnel": "the neck's scale spans orders of magnitude: HMC with one step size per temperature does not "
+              "enter it (not at equilibrium), nor do trained kernels; needs a non-centred parameterisation "
+              "or position-dependent (Riemannian) moves",
+    "student_t3": "heavy tails: from a Gaussian start the incremental weights' Pareto k̂ stayed at 0.5–0.7 "
+                  "(warn) in 2 of 3 runs, trained kernels included; a heavy-tailed (Student-t) start is needed",
+    "nice_flow": "the moves barely move on the flow's thin, curved set, still at 60 moves per temperature "
+                 "(the most the policy makes); needs moves adapted to that geometry",
+}
+
+
+def wall_summary(runs: list) -> tuple:
+    """The median and the largest wall time of the runs that recorded one (seconds)."""
+    walls = sorted(r["wall_seconds"] for r in runs if r.get("wall_seconds") is not None)
+    return (walls[len(walls) // 2], walls[-1]) if walls else (None, None)
+
+
 def median_abs_error(runs: list) -> "float | None":
     """The median |error| over the runs that finished (failed runs have none)."""
     errors = sorted(abs(r["error"]) for r in runs if r.get("error") is not None)
@@ -129,6 +148,7 @@ def summarise(cells: dict) -> dict:
             "target": target, "runs": len(runs), "ok": len(ok), "covered": len(covered), "coverage": len(covered) / len(ok) if ok else None,
             "coverage_95": [lo, hi], "not_ok": len(not_ok), "not_ok_fraction": len(not_ok) / len(runs), "failed": len(failed),
             "median_abs_error": median_abs_error(runs),
+            "median_wall_seconds": wall_summary(runs)[0], "max_wall_seconds": wall_summary(runs)[1],
         })
         pooled["ok"] += len(ok)
         pooled["covered"] += len(covered)
@@ -141,7 +161,11 @@ def summarise(cells: dict) -> dict:
         lo, hi = wilson(p["covered"], p["ok"])
         p.update(coverage=p["covered"] / p["ok"] if p["ok"] else None, coverage_95=[lo, hi],
                  not_ok_fraction=p["not_ok"] / p["runs"] if p["runs"] else None)
-    return {"targets": rows, "pooled": pooled, "pooled_without_whitened_gaussians": hard, "beyond_4se": far,
+    every = [c for k, c in cells.items() if not k.startswith("_")]
+    policy = any(c.get("policy") for c in every)  # a study of the default policy (NOT_OK_WHY is about it)
+    pooled["median_wall_seconds"], pooled["max_wall_seconds"] = wall_summary(every)
+    pooled["ok_and_covering_fraction"] = pooled["covered"] / pooled["runs"] if pooled["runs"] else None
+    return {"targets": rows, "pooled": pooled, "pooled_without_whitened_gaussians": hard, "beyond_4se": far, "policy": policy,
             "beyond_4se_ok": [f for f in far if f["status"] == "ok"]}
 
 
@@ -151,19 +175,37 @@ def render(data: dict) -> str:
 
 
 def markdown(summary: dict) -> str:
-    lines = ["| target | runs | ok | ok runs covering ±2 SE | 95 % interval | not ok | median abs error |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    timed = any(r.get("median_wall_seconds") is not None for r in summary["targets"])
+    head = "| target | runs | ok | ok runs covering ±2 SE | 95 % interval | not ok | median abs error |"
+    lines = [head + (" median / max wall s |" if timed else ""), "| --- " * (7 + timed) + "|"]
     for r in summary["targets"]:
         cov = "—" if r["coverage"] is None else f"{r['covered']}/{r['ok']} = {r['coverage']:.0%}"
         ci = "—" if r["coverage"] is None else f"{r['coverage_95'][0]:.0%}–{r['coverage_95'][1]:.0%}"
-        lines.append(f"| {Path(r['target']).stem} | {r['runs']} | {r['ok']} | {cov} | {ci} | {r['not_ok_fraction']:.0%} | {'—' if r['median_abs_error'] is None else format(r['median_abs_error'], '.3g')} |")
+        wall = ""
+        if timed:
+            wall = " — |" if r.get("median_wall_seconds") is None else f" {r['median_wall_seconds']:.0f} / {r['max_wall_seconds']:.0f} |"
+        lines.append(f"| {Path(r['target']).stem} | {r['runs']} | {r['ok']} | {cov} | {ci} | {r['not_ok_fraction']:.0%} | {'—' if r['median_abs_error'] is None else format(r['median_abs_error'], '.3g')} |{wall}")
     for name, key in (("**pooled**", "pooled"), ("pooled without the whitened Gaussians", "pooled_without_whitened_gaussians")):
         p = summary.get(key)
         if not p or not p["runs"]:
             continue
         cov = "—" if p["coverage"] is None else f"{p['covered']}/{p['ok']} = {p['coverage']:.1%}"
         ci = "—" if p["coverage"] is None else f"{p['coverage_95'][0]:.1%}–{p['coverage_95'][1]:.1%}"
-        lines.append(f"| {name} | {p['runs']} | {p['ok']} | {cov} | {ci} | {p['not_ok_fraction']:.0%} | |")
+        wall = ""
+        if timed:
+            wall = " |" if p.get("median_wall_seconds") is None else f" {p['median_wall_seconds']:.0f} / {p['max_wall_seconds']:.0f} |"
+        lines.append(f"| {name} | {p['runs']} | {p['ok']} | {cov} | {ci} | {p['not_ok_fraction']:.0%} | |{wall}")
+    pooled = summary.get("pooled") or {}
+    if pooled.get("ok_and_covering_fraction") is not None:
+        lines.append("")
+        lines.append(f"Runs `ok` and covering the truth within ±2 SE: {pooled['covered']} of {pooled['runs']} "
+                     f"({pooled['ok_and_covering_fraction']:.0%}).")
+    why = [(Path(r["target"]).stem, NOT_OK_WHY[Path(r["target"]).stem]) for r in summary["targets"]
+           if summary.get("policy") and r["not_ok"] and Path(r["target"]).stem in NOT_OK_WHY]
+    if why:
+        lines.append("")
+        lines.append("Why these targets are not `ok` within the policy's cap:")
+        lines.extend(f"- {name}: {text}" for name, text in why)
     lines.append("")
     lines.append(f"Runs with |error| > 4 SE (or no SE): {len(summary['beyond_4se'])}; of them `ok`: {len(summary['beyond_4se_ok'])}.")
     for f in summary["beyond_4se"]:

@@ -302,7 +302,9 @@ def run_policy(
                     status = f"ok, but its stationarity z at the final run's {n} particles would be {drift:.2g}"
             next_effort, why = (None, "") if usable else escalate(effort, codes, plan, stalled)
             if usable or next_effort is None or pilot_index == policy.max_pilots - 1:
-                n, size = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se)
+                # Only an `ok` pilot's standard error sizes the final run: another one's is not to
+                # be trusted, and growing a run whose verdict will not be `ok` buys only time.
+                n, size = final_samples(plan, effort, pilot.log_z_stderr if usable else None, n_pilot, policy.max_se)
                 verdict = "pilot ok" if usable else f"pilot {status}, {why or 'pilots used up'}"
                 decide(f"{verdict}: final run at this effort, {size}")
                 final = (effort, n)
