@@ -18,7 +18,7 @@ from golden_cases import comparable, run_case
 
 GOLDEN = Path(__file__).parent / "golden" / "records.jsonl"
 CASES = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
-NEW_FIELDS = {"reason_codes", "policy", "checkpoint_failures"}
+NEW_FIELDS = {"reason_codes", "policy", "checkpoint_failures", "pareto_k_populations"}
 
 
 def assert_same(new, old, where="record"):

@@ -165,10 +165,11 @@ def test_moves_that_stop_mixing_better_go_to_trained_kernels(second, then):
         assert calls[2].sconf.adaptive and moves[2] == pol.POLICY_MAX_MOVES
 
 
-@pytest.mark.parametrize("z, escalated", [(2.5, True), (1.5, False)])
+@pytest.mark.parametrize("z, escalated", [(2.0, True), (1.6, False)])
 def test_an_ok_pilot_whose_drift_the_final_size_would_show_raises_the_moves(z, escalated):
     """The final run has twice the pilot's particles, so the pilot's stationarity |z| is judged
-    times √2: 2.5 → 3.5 is past the threshold (more moves, another pilot); 1.5 → 2.1 is not."""
+    times √2, against the margin 2.5: 2.0 → 2.83 is past it (more moves, another pilot); 1.6 →
+    2.26 is not."""
     calls = []
     ok = _Record(0.0, 0.05, "ok", _Combined(()))
 
@@ -181,7 +182,78 @@ def test_an_ok_pilot_whose_drift_the_final_size_would_show_raises_the_moves(z, e
     assert roles == (["pilot", "pilot", "final"] if escalated else ["pilot", "final"])
     if escalated:
         assert calls[1].sconf.refine_steps == 2 * calls[0].sconf.refine_steps
-        assert "stationarity z at the final run's 16384 particles would be 3.5" in rec.policy["stages"][0]["decision"]
+        assert "stationarity z at the final run's 16384 particles would be 2.8" in rec.policy["stages"][0]["decision"]
+
+
+def test_heavy_tails_at_their_caps_go_to_the_final_run_not_to_trained_kernels():
+    """k̂ warnings raise the conditional ESS (0.5 → 0.7 → 0.9) and the population (to its cap);
+    after that the final run is made at that effort: training is no rung for heavy tails."""
+    warn = ("warn", 0.05, ("pareto_k_warn",))
+    execute_stage, calls = _script(warn, warn, warn, warn)
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "pilot", "final"]
+    assert [c.sconf.target_ess for c in calls] == [0.5, 0.7, 0.9, 0.9]
+    assert all(c.sconf.adaptive for c in calls)
+    assert "trained kernels do not lighten tails" in rec.policy["stages"][2]["decision"]
+
+
+def test_tails_that_more_temperatures_do_not_lighten_stop_the_escalation():
+    """k̂ near 0.45 in every population, at ESS 0.5 and again at 0.7: more temperatures did not
+    thin the tail (`tails_stalled`), so the final run is made at the second pilot's effort."""
+    calls = []
+    ok = _Record(0.0, 0.05, "ok", _Combined(()))
+
+    def execute_stage(plan, progress):
+        calls.append(plan)
+        return dataclasses.replace(ok, plan=plan, smc=({"pareto_k_populations": [0.45, 0.44, 0.46, 0.45]},))
+
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "final"]
+    assert [c.sconf.target_ess for c in calls] == [0.5, 0.7, 0.7]
+    assert "nothing left to raise in adaptive SMC" in rec.policy["stages"][1]["decision"]
+
+
+def test_a_margin_never_sends_an_ok_pilot_to_trained_kernels():
+    """An `ok` pilot whose drift stays past the margin raises the moves to their cap; then the
+    final run is made at that effort (an `ok` pilot is no reason to change the method)."""
+    calls = []
+    ok = _Record(0.0, 0.05, "ok", _Combined(()))
+
+    def execute_stage(plan, progress):
+        calls.append(plan)
+        return dataclasses.replace(ok, plan=plan, smc=({"stationarity_z": 2.0},))
+
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "pilot", "final"]
+    assert [c.sconf.refine_steps for c in calls] == [15, 30, 60, 60]
+    assert all(c.sconf.adaptive and c.tconf.iterations == 0 for c in calls)
+    assert "nothing left to raise in adaptive SMC: final run at this effort" in rec.policy["stages"][2]["decision"]
+
+
+@pytest.mark.parametrize("ks, escalated", [((0.42, 0.35, 0.4, 0.38), True), ((0.15, 0.1, 0.2, 0.12), False)])
+def test_an_ok_pilot_whose_tails_predict_a_warning_raises_the_temperatures(ks, escalated):
+    """An `ok` pilot's populations all have k̂ ≤ 0.5, but at a mean of 0.39 the final run's four
+    populations would all stay there only about half the time: the conditional ESS (more
+    temperatures) and the populations are raised and another pilot measures; at 0.14 it is taken."""
+    calls = []
+    ok = _Record(0.0, 0.05, "ok", _Combined(()))
+
+    def execute_stage(plan, progress):
+        calls.append(plan)
+        return dataclasses.replace(ok, plan=plan, smc=({"pareto_k_populations": list(ks) if len(calls) == 1 else [0.1] * 4},))
+
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    roles = [s["role"] for s in rec.policy["stages"]]
+    assert roles == (["pilot", "pilot", "final"] if escalated else ["pilot", "final"])
+    if escalated:
+        assert calls[1].sconf.target_ess > calls[0].sconf.target_ess and calls[1].particles == 2 * calls[0].particles
+        assert "chance of all ≤ 0.5" in rec.policy["stages"][0]["decision"]
+    p = pol.tail_pass_probability(dataclasses.replace(ok, smc=({"pareto_k_populations": list(ks)},)), 4, 4096)
+    assert (p < pol.PILOT_TAIL_PASS) == escalated
+    # A perfect proposal's equal weights (k̂ −inf) count as k = 0; nothing finite: no prediction.
+    perfect = dataclasses.replace(ok, smc=({"pareto_k_populations": [float("-inf")] * 4},))
+    assert pol.tail_pass_probability(perfect, 8, 2048) == pytest.approx(1.0)
+    assert pol.tail_pass_probability(ok, 4, 2048) is None
 
 
 def test_reasons_nothing_can_raise_lead_to_trained_kernels_and_then_to_the_final_run():

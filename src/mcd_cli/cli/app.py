@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import traceback
+from importlib import metadata
 from pathlib import Path
 
 import typer
@@ -159,16 +160,30 @@ app = typer.Typer(
 )
 
 
+def version_line() -> str:
+    """`mcd-cli X (jax Y, jaxlib Z)`: the installed versions, read from the packages' metadata, so
+    that `--version` initialises no device (nor asks JAX anything)."""
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"mcd-cli {__version__} (jax {installed('jax')}, jaxlib {installed('jaxlib')})"
+
+
 def _version_callback(value: bool) -> None:
     if value:
-        print(f"mcd-cli {__version__}")
+        print(version_line())
         raise typer.Exit()
 
 
 @app.callback()
 def _main(
     version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+        False, "--version", callback=_version_callback, is_eager=True,
+        help="Print the versions of mcd-cli, jax and jaxlib and exit (no device is initialised).",
     ),
 ) -> None:
     """Evidence (log Z) estimation with Monte Carlo Diffusion (MCD) and annealed importance sampling."""

@@ -14,8 +14,8 @@ from mcd_cli.targets.conditional import ConditionalTarget, first_datum
 
 
 @app.command()
-@takes("target", "param", "model", "data", "json", "x64", "debug")
-def check(target, param, model, data, json, x64, debug) -> None:
+@takes("target", "param", "model", "data", "json", "quiet", "x64", "debug")
+def check(target, param, model, data, json, quiet, x64, debug) -> None:
     """Validate TARGET: its log density and gradient at draws from the initial distribution.
 
     Exits 1 when the target is not usable as it stands.

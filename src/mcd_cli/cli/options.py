@@ -5,6 +5,10 @@ command takes them by name through `takes` and receives their values as keyword 
 Defaults are None ("the library's default", resolved in `cli.settings`) so that an explicit flag,
 a --config value and a --preset can be told apart; on/off switches default to off.
 
+Every command takes --quiet and --debug, and --json when it prints a result, so that scripts can
+pass the same flags to any command; an option of one name is the same option wherever it is taken
+(`mcd compare` reads a few as lists: `cli.compare`). `tests/test_cli_consistency.py` walks them.
+
 The choices come from the library's tables (the kernel registry, `objectives.OBJECTIVES`,
 `config`) and the defaults a help text states from the library's own values, so the help cannot
 drift from what runs.
@@ -293,7 +297,10 @@ OPTIONS: dict[str, Any] = {
         bool, "--strict", panel=OUTPUT,
         help="Exit with status 3 when an estimate's verdict is unreliable (after its record is written).",
     ),
-    "quiet": option(bool, "--quiet", "-q", panel=OUTPUT, help="No progress bars or warnings on stderr."),
+    "quiet": option(
+        bool, "--quiet", "-q", panel=OUTPUT,
+        help="No progress bars or warnings on stderr (results and errors still print).",
+    ),
     "x64": option(bool, "--x64", panel=RUN, help="Compute in float64 (slower; default float32)."),
     "dry_run": option(
         bool, "--dry-run", panel=RUN, help="Check the target, options, files and memory, then exit without running."

@@ -11,8 +11,8 @@ from mcd_cli.record import finite
 
 
 @app.command()
-@takes("json", "debug")
-def targets(json, debug) -> None:
+@takes("json", "quiet", "debug")
+def targets(json, quiet, debug) -> None:
     """List the bundled targets: name, dimension, known log Z, description, path."""
     from mcd_cli.targets import bundled_targets
 

@@ -66,7 +66,10 @@ def fit_initial(
         # Laplace Gaussian; a funnel is not. Keep whichever has the higher ELBO as a proposal,
         # and Laplace only when it converged to one mode.
         k_laplace = jax.random.fold_in(k_fit, 1)
-        full = laplace(target, cov="full", max_steps=max_steps, restarts=1, key=k_laplace, check_samples=check_samples)
+        try:
+            full = laplace(target, cov="full", max_steps=max_steps, restarts=1, key=k_laplace, check_samples=check_samples)
+        except ValueError:  # its mode search failed (log γ not finite there): the VI fit stands
+            return best
         if full.converged and full.modes == 1 and full.gaussian.chol is not None and full.check.elbo > best.check.elbo:
             return full._replace(method="auto:laplace-full")
         return best

@@ -112,7 +112,7 @@ POLICY_START = {"backward": "ais", "iterations": 0, "adaptive": True, "resample"
 POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "resample": SMC_RESAMPLE,
                   "refine": SMC_REFINE, "refine_steps": SMC_REFINE_STEPS, "target_ess": 0.5}
 POLICY_MAX_MOVES = 4 * ADAPTIVE_REFINE_STEPS  # moves per temperature, doubled up to this
-POLICY_TARGET_ESS = (0.5, 0.7)  # the conditional ESS/N steps a degenerate run climbs
+POLICY_TARGET_ESS = (0.5, 0.7, 0.9)  # the conditional ESS/N steps a degenerate run climbs
 POLICY_MAX_POPULATION_FACTOR = 2  # populations grow (doubling) to this many times the default size
 POLICY_MAX_PILOTS = 4  # pilots before the final run: the cap on stages without --time-limit
 # The standard error (nats) the final run is sized for: a Bayes factor known to within about 10 %,
@@ -121,5 +121,11 @@ DEFAULT_MAX_SE = 0.1
 # A pilot runs this many populations of the final run's size: the fewest for which the verdict can
 # be `ok` (stats.MIN_POPULATIONS), and the final run reuses the pilot's compiled population.
 PILOT_POPULATIONS = 4
+# An `ok` pilot is taken only when it predicts an `ok` final run: its stationarity |z| scaled to the
+# final run's size at most this (the verdict warns above 3: `stats.smc.STATIONARITY_WARN`), and its
+# populations' k̂ predicting that all the final run's stay at or below 0.5 with at least this
+# probability (`policy.tail_pass_probability`).
+PILOT_DRIFT_MARGIN = 2.5
+PILOT_TAIL_PASS = 0.8
 # The final run grows to reach max_se by at most this factor over --samples.
 MAX_FINAL_FACTOR = 8

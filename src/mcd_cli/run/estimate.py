@@ -148,6 +148,7 @@ def estimate_populations(
         "mean_acceptance": float(acceptance.mean()) if acceptance.size else None,
         "log_z_populations": [float(e.log_z) for e in estimates],
         "genealogy_stderr": [float(e.delta_stderr) for e in estimates],
+        "pareto_k_populations": [float(e.pareto_k) for e in estimates],
         "beta": [float(v) for v in first.trace.beta[:k]],
         "ess": [float(v) for v in first.trace.ess[:k]],
         "acceptance": [float(v) for v in first.trace.acceptance[:k]],

@@ -27,11 +27,11 @@ from typing import Any, Callable, Optional
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed
 from mcd_cli.run.defaults import (
-    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_MAX_MOVES, POLICY_MAX_PILOTS,
-    POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED, population_size,
+    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_DRIFT_MARGIN, PILOT_POPULATIONS, PILOT_TAIL_PASS, POLICY_MAX_MOVES,
+    POLICY_MAX_PILOTS, POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED, population_size,
 )
 from mcd_cli.run.plan import Progress, RunPlan
-from mcd_cli.stats.smc import STATIONARITY_WARN
+from mcd_cli.stats.psis import PARETO_K_WARN, tail_length
 
 # What a pilot's reasons ask for. The moves did not mix: more moves per temperature.
 MIXING = frozenset({"moves_barely_move", "not_at_equilibrium"})
@@ -42,6 +42,8 @@ SMALL = frozenset({
     "too_few_samples", "ess_low", "ess_rough", "genealogy_collapsed", "genealogy_negative", "populations_collapsed",
     "stderr_spread_larger", "stderr_from_spread", "populations_scatter", "nonfinite_weights",
 })
+
+TAILS_STALL = 0.05  # `tails_stalled`: k̂'s mean must fall by this much when the conditional ESS is raised
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -117,38 +119,80 @@ def first_effort(plan: RunPlan) -> Effort:
     return Effort(POLICY_START["refine_steps"], POLICY_START["target_ess"], population)
 
 
-def escalate(effort: Effort, codes: set, plan: RunPlan, moves_stalled: bool = False) -> tuple[Optional[Effort], str]:
+def escalate(
+    effort: Effort, codes: set, plan: RunPlan, moves_stalled: bool = False, tails_stalled: bool = False
+) -> tuple[Optional[Effort], str]:
     """The next effort after a pilot whose verdict gave the reason `codes`, and why; None when
     nothing is left to raise. Each family of reasons raises its own part (moves for poor mixing,
     the conditional ESS for degenerate weights, the population for runs too small to measure
-    themselves); a part at its cap, or reasons of no family, go to trained kernels. Moves come
-    before particles: a population whose moves did not mix keeps the duplicates resampling made, so
-    its genealogy collapses and its ESS is rough whatever its size; only once the moves mix (or are
-    at their cap) do reasons of a small population grow it. `moves_stalled` (`mixing_stalled`):
-    doubling the moves did not lower their correlation as mixing would, so the moves count as at
-    their cap."""
+    themselves). Moves come before particles: a population whose moves did not mix keeps the
+    duplicates resampling made, so its genealogy collapses and its ESS is rough whatever its size;
+    only once the moves mix (or are at their cap) do reasons of a small population grow it.
+    `moves_stalled` (`mixing_stalled`): doubling the moves did not lower their correlation as
+    mixing would, so the moves count as at their cap; `tails_stalled` (`tails_stalled`): raising
+    the conditional ESS and the population did not lighten the weights' tails, so they count as at
+    their caps. Moves that cannot mix at their cap, or reasons
+    of no family, go to trained kernels; heavy-tailed weights or small populations at their caps
+    are left to the final run's verdict (None), since training never lightened them where it was
+    measured (student_t3, funnel, nice_mnist: k̂ still above 0.5 after 100–530 s of training;
+    docs/method.md)."""
     cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
     moves, ess, population = effort.moves, effort.target_ess, effort.population
     why = []
     more_moves = bool(codes & MIXING) and moves < POLICY_MAX_MOVES and not moves_stalled
     if more_moves:
         moves, why = min(2 * moves, POLICY_MAX_MOVES), why + ["the moves did not mix: more moves"]
-    higher = [e for e in POLICY_TARGET_ESS if e > ess]
+    higher = [e for e in POLICY_TARGET_ESS if e > ess and not tails_stalled]
     if codes & DEGENERATE and higher:
         ess, why = higher[0], why + ["the weights degenerated: more temperatures"]
-    if (codes & DEGENERATE or (codes & SMALL and not more_moves)) and population < cap:
+    grow = codes & DEGENERATE and not tails_stalled or codes & SMALL and not more_moves
+    if grow and population < cap:
         population, why = min(2 * population, cap), why + ["populations too small to measure: larger ones"]
     if why and not effort.trained:
         return Effort(moves, ess, population), "; ".join(why)
-    if not effort.trained:
+    if not effort.trained and (codes & MIXING or not codes <= DEGENERATE | SMALL):
         stalled = "more moves stopped helping the moves mix; " if moves_stalled and codes & MIXING else ""
         return Effort(moves, ess, population, trained=True), f"{stalled}nothing left to raise in adaptive SMC: trained kernels"
+    if not effort.trained:
+        return None, "nothing left to raise in adaptive SMC, and trained kernels do not lighten tails"
     return None, "nothing left to raise"
 
 
 def _correlation(record: Any) -> Optional[float]:
     """The move correlation a record's `moves_barely_move` reason measured, if it has one."""
     return next((r.params.get("correlation") for r in record.combined.reasons if r.code == "moves_barely_move"), None)
+
+
+def tails_stalled(before: "Stage", after: "Stage") -> bool:
+    """Did raising the conditional ESS from pilot `before` to pilot `after` fail to lighten the
+    tails of the final weights? When the mean of the populations' k̂ fell by less than
+    `TAILS_STALL` (0.05, about half the sd of one population's k̂), the tail is not the one more
+    temperatures thin (on nice_mnist and brownian_motion k̂ stayed near 0.45 from ESS 0.5 to 0.9,
+    resampling at every step included), and raising them further only costs time.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> def stage(ess, ks):
+        ...     return S(effort=S(target_ess=ess, trained=False), record=S(smc=({"pareto_k_populations": ks},)))
+        >>> tails_stalled(stage(0.5, [0.5, 0.4]), stage(0.7, [0.45, 0.42])), tails_stalled(stage(0.5, [0.5, 0.4]), stage(0.7, [0.2, 0.3]))
+        (True, False)
+    """
+    if before.effort.trained or after.effort.trained or after.effort.target_ess <= before.effort.target_ess:
+        return False
+    k0, k1 = _mean_k(before.record), _mean_k(after.record)
+    return k0 is not None and k1 is not None and k1 > k0 - TAILS_STALL
+
+
+def _tail_ks(record: Any) -> list:
+    """A record's populations' k̂, below 0 (equal weights: −inf) counted as 0, unfittable dropped."""
+    sections = getattr(record, "smc", None) or ()
+    ks = sections[0].get("pareto_k_populations") if sections else None
+    return [max(k, 0.0) for k in ks or () if k is not None and (math.isfinite(k) or k == -math.inf)]
+
+
+def _mean_k(record: Any) -> Optional[float]:
+    ks = _tail_ks(record)
+    return sum(ks) / len(ks) if ks else None
 
 
 def mixing_stalled(before: "Stage", after: "Stage") -> bool:
@@ -293,19 +337,25 @@ def run_policy(
                 break
             pilot = one("pilot", effort, n_pilot)
             stalled = len(stages) > 1 and mixing_stalled(stages[-2], stages[-1])
+            thin = len(stages) > 1 and tails_stalled(stages[-2], stages[-1])
             codes, usable, status = _codes(pilot), pilot.status == "ok", pilot.status
-            if usable:  # an `ok` pilot whose drift the final run's size would show is not enough
+            if usable:  # an `ok` pilot must predict an `ok` final run (`predicts_ok`)
                 n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se)
-                drift = scaled_drift(pilot, n_pilot, n)
-                if drift is not None and drift > STATIONARITY_WARN:
-                    codes, usable = codes | {"not_at_equilibrium"}, False
-                    status = f"ok, but its stationarity z at the final run's {n} particles would be {drift:.2g}"
-            next_effort, why = (None, "") if usable else escalate(effort, codes, plan, stalled)
+                more, doubt = predicts_ok(pilot, n_pilot, n, effort.population)
+                if more:
+                    codes, usable, status = codes | more, False, f"ok, but {doubt}"
+            next_effort, why = (None, "") if usable else escalate(effort, codes, plan, stalled, thin)
+            if status.startswith("ok, but") and (next_effort is None or next_effort.trained):
+                # The margin asks for more than adaptive SMC has left to raise: an `ok` pilot is
+                # not a reason to change the method, so the final run is made at its effort.
+                usable, next_effort, status = True, None, f"{status}; nothing left to raise in adaptive SMC"
             if usable or next_effort is None or pilot_index == policy.max_pilots - 1:
                 # Only an `ok` pilot's standard error sizes the final run: another one's is not to
                 # be trusted, and growing a run whose verdict will not be `ok` buys only time.
                 n, size = final_samples(plan, effort, pilot.log_z_stderr if usable else None, n_pilot, policy.max_se)
-                verdict = "pilot ok" if usable else f"pilot {status}, {why or 'pilots used up'}"
+                verdict = ("pilot ok" if status == "ok" else f"pilot {status}") if usable else (
+                    f"pilot {status}, {why or 'pilots used up'}"
+                )
                 decide(f"{verdict}: final run at this effort, {size}")
                 final = (effort, n)
                 break
@@ -343,14 +393,63 @@ def run_policy(
     return dataclasses.replace(stages[-1].record, policy=account)
 
 
+def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int) -> tuple[set, str]:
+    """Does an `ok` pilot predict an `ok` final run of `n_final` particles? `(codes, why)`: the
+    reasons it does not (empty when it does) and a phrase saying so.
+
+    An `ok` pilot of a few populations passes the verdict's thresholds more easily than a larger
+    final run would: its stationarity test has less power (`scaled_drift`) and the final run's more
+    populations give more chances to one k̂ above 0.5 (`tail_pass_probability`). Each is asked
+    with a margin (`PILOT_DRIFT_MARGIN`, `PILOT_TAIL_PASS`) whose false alarms cost one more pilot,
+    never a wrong verdict: the final run earns its own.
+    """
+    codes, why = set(), []
+    drift = scaled_drift(pilot, n_pilot, n_final)
+    if drift is not None and drift > PILOT_DRIFT_MARGIN:
+        codes.add("not_at_equilibrium")
+        why.append(f"its stationarity z at the final run's {n_final} particles would be {drift:.2g}")
+    passing = tail_pass_probability(pilot, n_final // population, population)
+    if passing is not None and passing < PILOT_TAIL_PASS:
+        codes.add("pareto_k_warn")
+        why.append(f"its populations' k̂ give the final run's {n_final // population} a {passing:.0%} chance of all ≤ 0.5")
+    return codes, "; ".join(why)
+
+
+def tail_pass_probability(record: Any, populations: int, population: int) -> Optional[float]:
+    """The chance that `populations` new populations of `population` particles all have k̂ ≤ 0.5
+    (`PARETO_K_WARN`), from the pilot's populations' k̂ (None when it has none finite).
+
+    Each population's k̂ is taken as normal about the true k, with the sd of the generalised
+    Pareto shape's estimate from M tail weights, `(1 + k)/√M` (M = `tail_length(population)`);
+    the true k is estimated by the mean of the pilot's P values (k̂ below 0 counted as 0: a lighter
+    tail is no safer than none), whose own sd adds `1/P` to the variance.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> rec = lambda ks: S(smc=({"pareto_k_populations": ks},))
+        >>> round(tail_pass_probability(rec([0.1, 0.05, 0.15, 0.1]), 4, 4096), 3)
+        1.0
+        >>> round(tail_pass_probability(rec([0.35, 0.3, 0.45, 0.3]), 4, 4096), 2)
+        0.7
+    """
+    k = _mean_k(record)
+    if k is None:
+        return None
+    count = len(_tail_ks(record))
+    sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(1.0 + 1.0 / count)
+    one = 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
+    return one ** max(populations, 1)
+
+
 def scaled_drift(record: Any, n_pilot: int, n_final: int) -> Optional[float]:
     """The pilot's stationarity |z| scaled to a run of `n_final` particles (None without one).
 
     The drift of log γ under extra moves is a property of the effort, not of the run's size, while
     its standard error falls as 1/√N: the final run's test sees a drift the pilot's smaller one
-    may not. Judged at the final size, a pilot at equilibrium exceeds `STATIONARITY_WARN` only when
-    its own |z| > 3/√(n_final/n_pilot) (2.1 for a final run twice its size: about 3 % of them), and
-    the price of that false alarm is one more pilot, never a wrong verdict.
+    may not. Judged at the final size with the margin `PILOT_DRIFT_MARGIN` (2.5, below the
+    verdict's 3), a pilot at equilibrium exceeds it only when its own |z| > 2.5/√(n_final/n_pilot)
+    (1.8 for a final run twice its size: about 8 % of them), and the price of that false alarm is
+    one more pilot, never a wrong verdict.
 
     Example:
         >>> from types import SimpleNamespace as S

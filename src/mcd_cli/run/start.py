@@ -14,10 +14,13 @@ from mcd_cli.errors import RunFailed
 from mcd_cli.init import fit_initial
 from mcd_cli.pilot import pilot_scale, pilot_step_sizes
 from mcd_cli.run.plan import RunPlan, root_key
-from mcd_cli.targets.transforms import apply_initial
+from mcd_cli.init.tails import choose_tails
+from mcd_cli.init.tails import describe as tails_suffix
+from mcd_cli.targets.transforms import apply_initial, heavy_tailed
 
 INIT_STREAM = 0x1D1  # fold_in(root key, INIT_STREAM): the key of the initial-distribution fit
 PILOT_STREAM = 0x2D2  # fold_in(root key, PILOT_STREAM): the key of the step-size pilot
+TAILS_STREAM = 0x1D2  # fold_in(root key, TAILS_STREAM): the key of the heavier-tail check (`init.tails`)
 SCALE_STREAM = 0x2D3  # fold_in(root key, SCALE_STREAM): the key of the pilot's AIS check (`pilot_scale`)
 
 
@@ -34,6 +37,23 @@ class Start:
 
 
 def initial_target(
+    target: Any, sconf: SamplerConfig, seed: int, model_index: Optional[int] = None
+) -> tuple[Any, str, tuple[str, ...]]:
+    """The target with the initial distribution `sconf.init` asks for, its method, and the fit's
+    warnings; "auto" then gives the start heavier (Tukey-h) tails when they fit the target better
+    (`mcd_cli.init.tails`: the target in `u` with `x = μ0 + σ0 ⊙ u exp(h u²/2)`, method `…+tails(h=…)`).
+    """
+    fitted, method, warnings = _initial_target(target, sconf, seed, model_index)
+    if sconf.init != "auto":
+        return fitted, method, warnings
+    key = jax.random.fold_in(root_key(seed, model_index), TAILS_STREAM)
+    choice = choose_tails(fitted, key)
+    if not choice.h:
+        return fitted, method, warnings
+    return heavy_tailed(fitted, choice.h), method + tails_suffix(choice), warnings
+
+
+def _initial_target(
     target: Any, sconf: SamplerConfig, seed: int, model_index: Optional[int] = None
 ) -> tuple[Any, str, tuple[str, ...]]:
     """The target with the initial distribution `sconf.init` asks for, its method, and the fit's warnings.
