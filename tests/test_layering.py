@@ -25,7 +25,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("training", "amortised", "smc", "init", "pilot"),
     ("messages", "record"),
     ("run",),
-    ("report", "plot"),
+    ("report", "plot", "posterior"),
     ("cli", "__init__", "__main__", "_bundled"),
 ]
 FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names}

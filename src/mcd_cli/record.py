@@ -157,6 +157,9 @@ class RunRecord:
     stage: Optional[int] = None  # stage s of a policy run (its keys: `run.plan.estimation_root`)
     train_stage: Optional[int] = None  # the stage whose training keys a policy's final run used
     checkpoint_failures: int = 0  # training checkpoints that could not be written (the run went on)
+    # the final SMC populations' posterior draws, `{name: (chains, draws, ...)}` (`run.draws`), when
+    # the plan kept them (--posterior); not part of the JSON record
+    draws: Optional[dict] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def estimates(self) -> tuple[Estimate, ...]:

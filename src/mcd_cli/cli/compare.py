@@ -91,10 +91,10 @@ _LISTS = {
 }
 # The options of one run that a grid or a comparison does not take: conditional targets, the SMC
 # method (a grid keeps the library's importance sampling; models run the default policy unless an
-# option fixes the method), saving and resuming, the keys of one model or stage.
+# option fixes the method), saving and resuming, the keys of one model or stage, posterior draws.
 _NOT_TAKEN = (
     "data_index", "schedule", "amortise", "save", "checkpoint", "checkpoint_every", "resume", "model_index", "stage",
-    "train_stage",
+    "train_stage", "posterior",
     *in_panel(SMC),
 )
 

@@ -40,6 +40,7 @@ def estimate(ctx: typer.Context, **given: Any) -> None:
         plan = _plan(values, loaded)
         run.validate(plan)
         out.check_plot(values)
+        out.check_posterior(values, plan)
         out.warn_before([plan], values)
         if values["dry_run"]:
             out.dry_run([plan], values)
@@ -51,6 +52,7 @@ def estimate(ctx: typer.Context, **given: Any) -> None:
         curve = result.elbo_history[0] if result.elbo_history else ()
         out.emit([record], values, report.estimate_table(record, curve))
         out.plot_estimate(values, record, result)
+        out.write_posterior(values, record, result)
         out.strict(values, [record])
 
 
@@ -104,10 +106,13 @@ def _plan(values: dict, loaded: settings.LoadedTarget) -> run.RunPlan:
         resume=bool(values.get("resume")),
         particles=values.get("particles"),
         policy=values.get("policy"),
+        draws=values.get("posterior") is not None,
     )
 
 
-_NOT_PER_DATUM = {"load": "--load", "save": "--save", "plot": "--plot", "train_stage": "--train-stage"}
+_NOT_PER_DATUM = {
+    "load": "--load", "save": "--save", "plot": "--plot", "train_stage": "--train-stage", "posterior": "--posterior",
+}
 
 
 def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> None:

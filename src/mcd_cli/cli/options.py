@@ -291,7 +291,14 @@ OPTIONS: dict[str, Any] = {
     "plot": option(
         Path, "--plot", panel=OUTPUT,
         help="Write a figure of the run to this file (.png, .svg or .pdf; needs matplotlib: pip install "
-        "'mcd-cli[plot]').",
+        "'mcd-cli\\[plot]').",
+    ),
+    "posterior": option(
+        Path, "--posterior", panel=OUTPUT,
+        help="Write the final SMC populations as posterior draws to this file: .nc (ArviZ InferenceData; needs "
+        "pip install 'mcd-cli\\[posterior]') or .npz (numpy). Each population, resampled to equal weights, is one "
+        "chain, in the target's own variables (a NumPyro model's constrained sites, else x); the estimate, its "
+        "verdict and the settings are its attributes. Approximate draws: as good as the verdict. Needs SMC.",
     ),
     "strict": option(
         bool, "--strict", panel=OUTPUT,

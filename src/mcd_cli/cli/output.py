@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from mcd_cli import checkpoint, devices, report
-from mcd_cli.errors import FileFailed, Unreliable, os_advice
+from mcd_cli.errors import FileFailed, RunFailed, Unreliable, UsageError, os_advice
 from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
 
 
@@ -111,6 +111,48 @@ def plot_estimate(values: dict, rec: dict, result: Any) -> None:
     plot.save(plot.estimate_figure(rec, result.elbo_history, weights), values["plot"])
     if not values.get("quiet"):
         print(f"figure written to {values['plot']}", file=sys.stderr)
+
+
+def check_posterior(values: dict, plan: RunPlan) -> None:
+    """With --posterior: the run makes SMC populations, and the file can be written (.nc: ArviZ is
+    there), before any work starts."""
+    path = values.get("posterior")
+    if path is None:
+        return
+    from mcd_cli import posterior
+
+    posterior.check_path(path)
+    if plan.policy is None and not plan.sconf.smc:
+        raise UsageError(
+            "--posterior draws from SMC populations, but --resample 0 makes this run plain importance sampling; "
+            "use SMC (--resample 0.5, --schedule adaptive, or no method options for the default policy)"
+        )
+
+
+def write_posterior(values: dict, rec: dict, result: Any) -> None:
+    """With --posterior: the reported run's posterior draws (`posterior.write`), then a line on
+    stderr. A file that cannot be written fails the command with one line; the estimate was
+    already printed and recorded."""
+    path = values.get("posterior")
+    if path is None or not devices.is_primary():
+        return
+    from mcd_cli import posterior
+
+    if result.draws is None:
+        raise RunFailed("--posterior: the reported run kept no SMC population to draw from")
+    try:
+        posterior.write(path, result.draws, rec)
+    except OSError as err:
+        raise FileFailed(
+            path, "write --posterior file", err, f"the estimate was still printed and recorded; {os_advice(err)}"
+        ) from None
+    if not values.get("quiet"):
+        chains, draws = next(iter(result.draws.values())).shape[:2]
+        print(
+            f"posterior draws written to {path}: {chains} chains × {draws} draws of {', '.join(result.draws)} "
+            f"(verdict {rec['status']})",
+            file=sys.stderr,
+        )
 
 
 def plot_compare(values: dict, records: list[dict], names: Any = None, comparison: Any = None) -> None:

@@ -8,7 +8,8 @@ goes through the small `Progress` protocol, which the CLI implements with rich.
 Modules: `defaults` (the library's defaults and the estimation method), `plan` (`RunPlan`, keys,
 sizes), `memory`, `validate`, `start` (initial distribution and pilot), `fit` (checkpointed
 training), `smc_kernels` (the SMC kernels of a configuration, and the SMC run), `estimate` (the
-estimators), `policy` (the default: pilots choose the method and the effort), `execute`.
+estimators), `draws` (the final populations as posterior draws), `policy` (the default: pilots
+choose the method and the effort), `execute`.
 """
 
 from mcd_cli.run.defaults import (
@@ -28,6 +29,7 @@ from mcd_cli.run.start import INIT_STREAM, PILOT_STREAM, SCALE_STREAM, Start, in
 from mcd_cli.run.fit import default_interrupt_dir
 # `smc_kernels` stays the module's name here (`run.smc_kernels.smc_kernels(sconf)` the function).
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, run_smc, stationarity_moves
+from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws
 from mcd_cli.run.estimate import estimate_populations, estimate_smc, smc_settings, stationarity_of
 from mcd_cli.run.policy import Effort, Policy, parse_duration, run_policy
 from mcd_cli.run.execute import execute

@@ -11,6 +11,7 @@ import numpy as np
 from mcd_cli import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.errors import RunFailed
+from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws
 from mcd_cli.run.plan import RunPlan, sharded_population, sharded_sizes
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, stationarity_moves
 from mcd_cli.stats import (
@@ -35,7 +36,8 @@ def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
 
 
 def estimate_smc(
-    plan: RunPlan, target: Any, params: Any, key: jax.Array, callback, sharding: Optional[Any] = None
+    plan: RunPlan, target: Any, params: Any, key: jax.Array, callback, sharding: Optional[Any] = None,
+    keep: Optional[list] = None,
 ) -> tuple[Any, dict]:
     """The SMC estimate of one repeat and its diagnostics (the record's `smc` section).
 
@@ -47,6 +49,9 @@ def estimate_smc(
     With `sharding` (the particle axis over several devices) each population is split over the
     devices and resampled globally (`smc.run`): the estimate is the single-device one. The
     population is rounded up to a multiple of the device count (`sharded_population`).
+
+    With `keep` (a list), each population's final `(particles, log weights)` is appended to it, on
+    the host, for posterior draws (`run.draws`); without, the particles never leave the device.
     """
     s = plan.sconf
     runs = plan.num_samples // plan.population
@@ -60,9 +65,14 @@ def estimate_smc(
             key, params, target, s, plan.num_samples, plan.chunk_size, sharding=sharding
         )
 
+    def run_population(j: int) -> Any:
+        out = compiled(params, jax.random.fold_in(key, j))
+        if keep is not None:
+            keep.append(jax.device_get((out.particles, out.log_w)))
+        return out
+
     return estimate_populations(
-        s, population, runs * population, lambda j: compiled(params, jax.random.fold_in(key, j)),
-        None if s.adaptive else importance, callback,
+        s, population, runs * population, run_population, None if s.adaptive else importance, callback
     )
 
 
@@ -105,7 +115,7 @@ def estimate_populations(
     runs = num_samples // population
     estimates, outputs = [], []
     for j in range(runs):
-        out = jax.device_get(run_population(j))
+        out = jax.device_get(run_population(j)._replace(particles=None))  # the caller keeps what it needs
         estimates.append(
             smc_estimate(
                 float(out.log_z), out.log_w, out.eve, int(out.resamplings),
@@ -177,12 +187,14 @@ def estimate_populations(
 
 class Estimation(NamedTuple):
     """One repeat's estimate: its statistics and verdict, the SMC diagnostics (the record's `smc`
-    section; None by importance sampling) and the weights' histogram (None for SMC, whose weights are
-    spread over resampled generations)."""
+    section; None by importance sampling), the weights' histogram (None for SMC, whose weights are
+    spread over resampled generations) and, when the plan keeps them, the final populations'
+    posterior draws (`run.draws`; None otherwise)."""
 
     estimate: Estimate
     smc: Optional[dict] = None
     weights: Optional[WeightSummary] = None
+    draws: Optional[dict] = None
 
 
 # `(params, target, key, callback) -> Estimation`: importance sampling and SMC are values of this type.
@@ -204,11 +216,14 @@ def importance_sampling(plan: RunPlan, sharding: Optional[Any] = None) -> Estima
 
 
 def sequential_monte_carlo(plan: RunPlan, sharding: Optional[Any] = None) -> Estimator:
-    """SMC populations merged (`estimate_smc`), with their diagnostics."""
+    """SMC populations merged (`estimate_smc`), with their diagnostics; with `plan.draws`, their
+    posterior draws (`run.draws`, key `fold_in(key, DRAWS_STREAM)`)."""
 
     def estimate(params: Any, target: Any, key: jax.Array, callback) -> Estimation:
-        est, diagnostics = estimate_smc(plan, target, params, key, callback, sharding=sharding)
-        return Estimation(est, diagnostics)
+        kept = [] if plan.draws else None
+        est, diagnostics = estimate_smc(plan, target, params, key, callback, sharding=sharding, keep=kept)
+        draws = None if kept is None else posterior_draws(target, jax.random.fold_in(key, DRAWS_STREAM), kept)
+        return Estimation(est, diagnostics, draws=draws)
 
     return estimate
 

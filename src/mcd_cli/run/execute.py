@@ -20,6 +20,7 @@ from mcd_cli._version import __version__
 from mcd_cli.config import TrainConfig
 from mcd_cli.errors import FileFailed, RunFailed, defer, os_advice
 from mcd_cli.record import RunRecord, TargetInfo
+from mcd_cli.run.draws import concatenate
 from mcd_cli.run.estimate import Estimation, Estimator, estimator
 from mcd_cli.run.fit import Fit, Fitted, fitter, saved_on_interrupt, trained_config
 from mcd_cli.run.plan import NoProgress, Progress, RunPlan, device_name, estimation_root, file_meta, sharded_plan
@@ -152,4 +153,5 @@ def run_record(
         particles=plan.particles,
         stage=plan.stage,
         train_stage=plan.train_stage,
+        draws=concatenate([e.draws for e in estimations]),
     )

@@ -116,7 +116,8 @@ def run_fixed(
         drift = stationarity(
             pop, jax.random.fold_in(key_steps, steps + 1), kernels.refine, path, evaluate, settings, sharding
         )
-    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, jnp.asarray(steps, jnp.int32), trace, drift)
+    steps = jnp.asarray(steps, jnp.int32)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position)
 
 
 def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, adapt, sharding=None) -> SMCOutput:
@@ -147,4 +148,4 @@ def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, a
     drift = stationarity(
         pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
     )
-    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position)

@@ -111,6 +111,9 @@ class SMCOutput(NamedTuple):
     # `stationarity`: (mean change of log γ over `stationarity_moves` extra moves at β = 1, its z
     # score); None without refinement moves
     drift: Any = None
+    # the final particles' positions in the sampler's space, (N, d): with `log_w` they are the
+    # population's weighted draws from the target (`run.draws` makes posterior draws of them)
+    particles: Any = None
 
 
 def normalised(log_w: jax.Array) -> jax.Array:

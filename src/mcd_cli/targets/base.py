@@ -33,6 +33,9 @@ class Target:
         description: one line saying what the target is.
         params: the parameters the target was built with (for records).
         source: where it came from (a path, or "builtin").
+        to_user: maps one point of this target's space to the user's named values, `{name:
+            array}` (None: the point itself, named `x`; see `user_values`). Transforms compose it
+            (`targets.transforms`), a NumPyro model maps to its constrained sites.
 
     Example:
         >>> import jax.numpy as jnp
@@ -51,6 +54,7 @@ class Target:
     params: dict = dataclasses.field(default_factory=dict)
     source: str = ""
     initial_declared: bool = True
+    to_user: Optional[Callable[[Array], dict]] = None
 
     @classmethod
     def create(
@@ -65,6 +69,7 @@ class Target:
         params: Optional[dict] = None,
         source: str = "",
         initial_declared: Optional[bool] = None,
+        to_user: Optional[Callable[[Array], dict]] = None,
     ) -> "Target":
         """Builds a target, broadcasting scalar initial mean/scale to `(dim,)` and checking them.
 
@@ -105,6 +110,7 @@ class Target:
             params=dict(params or {}),
             source=str(source),
             initial_declared=bool(initial_declared),
+            to_user=to_user,
         )
 
     def with_initial(self, mean: Any = None, scale: Any = None) -> "Target":
@@ -120,7 +126,20 @@ class Target:
             self.params,
             self.source,
             initial_declared=True,
+            to_user=self.to_user,
         )
+
+    def user_values(self, x: Array) -> dict:
+        """The point `x` of this target's space as the user's named values: `to_user(x)`, or
+        `{"x": x}` for a target that is its own user space. A pure function of one point, to be
+        vmapped over draws (`run.draws`).
+
+        Example:
+            >>> t = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=2)
+            >>> {k: v.tolist() for k, v in t.user_values(jnp.ones(2)).items()}
+            {'x': [1.0, 1.0]}
+        """
+        return {"x": x} if self.to_user is None else self.to_user(x)
 
     def initial_log_density(self, x: Array) -> Array:
         """`log π0(x)` for one point."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from mcd_cli.targets.base import LogDensity, Target, TargetError
 from mcd_cli.targets.validate import probe
@@ -79,8 +79,10 @@ def build(
     default_name: str = "target",
     params: Optional[Mapping[str, Any]] = None,
     source: str = "",
+    to_user: Optional[Callable] = None,
 ) -> Target:
-    """Checks the fields and builds the `Target`; every error message starts with `display`."""
+    """Checks the fields and builds the `Target`; every error message starts with `display`.
+    `to_user` maps a point to the user's named values (`Target.to_user`; a NumPyro model's sites)."""
     if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim <= 0:
         raise TargetError(f"{display}: dim must be a positive integer, got {dim!r}")
     mean, scale = parse_initial(initial, display)
@@ -96,6 +98,7 @@ def build(
             description=(parse_text(description, "description", display) or "").strip(),
             params=dict(params or {}),
             source=source,
+            to_user=to_user,
         )
     except TargetError as err:
         raise TargetError(f"{display}: {err}") from None

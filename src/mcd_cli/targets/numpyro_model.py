@@ -96,6 +96,14 @@ class ModelDensity:
     def __call__(self, x):
         return -self.potential(self.unravel(x))
 
+    def constrained(self, x) -> dict:
+        """The point `x` as the model's sites on their own (constrained) spaces, `{site: value}`,
+        deterministic sites included: NumPyro's `constrain_fn`, as NUTS's postprocessing maps its
+        samples. The target's `to_user` (posterior draws)."""
+        from numpyro.infer.util import constrain_fn
+
+        return constrain_fn(self.model, (), dict(self.model_kwargs), self.unravel(x), return_deterministic=True)
+
     @property
     def dim(self) -> int:
         return int(sum(int(np.prod(s)) for s in self.latent_shapes.values()))
@@ -390,6 +398,7 @@ def from_module(
         fields,
         description=description,
         params={"model": model_name, "data": {k: describe_value(v) for k, v in kwargs.items()}},
+        to_user=density.constrained,
     )
 
 

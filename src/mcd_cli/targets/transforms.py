@@ -3,6 +3,11 @@
 - `whiten(target, mean, chol)`: the target in `u` with `x = μ + L u`; its log density is
   `log γ(μ + L u) + log|det L|`, so log Z is unchanged, and its initial distribution is N(0, I);
   `unwhiten` maps samples back.
+- `heavy_tailed(target, h)`: the target in `u` with `x = μ0 + σ0 ⊙ u exp(h u²/2)`.
+
+Each transform composes the map back to the user's values (`Target.to_user`): the new target's
+`user_values(u)` is the old one's at `x(u)`, so draws made in any chain of transforms come back
+as the user wrote the target (plain `x`, or a NumPyro model's constrained sites).
 - `apply_initial(target, fit)`: the same density with a fitted Gaussian (`mcd_cli.init`) as its
   declared initial distribution (a full-covariance fit is applied by `whiten`, so that the
   samplers keep a diagonal `π0`).
@@ -50,6 +55,8 @@ def whiten(target: Target, mean: Array, chol: Array) -> Target:
         >>> w = whiten(t, jnp.ones(2), 0.1 * jnp.eye(2))
         >>> round(float(w.log_density(jnp.zeros(2))), 4)  # log|det L| = 2 log 0.1
         -4.6052
+        >>> [round(v, 4) for v in w.user_values(jnp.ones(2))["x"].tolist()]  # x = μ + L u: the user's point
+        [1.1, 1.1]
     """
     mean = np.asarray(mean, dtype=np.float64)
     chol = np.asarray(chol, dtype=np.float64)
@@ -80,6 +87,7 @@ def whiten(target: Target, mean: Array, chol: Array) -> Target:
         description=f"{target.description} (whitened: x = μ + L u)",
         params=target.params,
         source=target.source,
+        to_user=lambda u: target.user_values(mu + lower @ u),
     )
 
 
@@ -124,6 +132,7 @@ def heavy_tailed(target: Target, h: float) -> Target:
         description=f"{target.description} (heavy-tailed start: x = μ + σ u exp({h:g} u²/2))",
         params=target.params,
         source=target.source,
+        to_user=lambda u: target.user_values(mu + sigma * tukey_h(u, h)),
     )
 
 
