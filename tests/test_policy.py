@@ -23,19 +23,24 @@ from mcd_cli.stats.reasons import Reason
 @dataclasses.dataclass(frozen=True)
 class _Combined:
     reasons: tuple
+    status: Any = None  # set by the policy (`policy.capped`), as on a RunRecord's `combined`
 
 
 @dataclasses.dataclass(frozen=True)
 class _Record:
-    """The parts of a RunRecord the policy reads."""
+    """The parts of a RunRecord the policy reads (`status` from `combined` once the policy set it)."""
 
     log_z: float
     log_z_stderr: Optional[float]
-    status: str
+    verdict: str
     combined: _Combined
     plan: Any = None
     policy: Optional[dict] = None
     smc: tuple = ()
+
+    @property
+    def status(self) -> str:
+        return self.verdict if self.combined.status is None else self.combined.status.value
 
 
 class _Target:
@@ -211,6 +216,18 @@ def test_tails_that_more_temperatures_do_not_lighten_stop_the_escalation():
     assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "final"]
     assert [c.sconf.target_ess for c in calls] == [0.5, 0.7, 0.7]
     assert "nothing left to raise in adaptive SMC" in rec.policy["stages"][1]["decision"]
+
+
+@pytest.mark.parametrize("pilot, reported", [("unreliable", "warn"), ("warn", "ok")])
+def test_an_ok_final_run_at_an_effort_whose_pilot_was_unreliable_is_not_ok(pilot, reported):
+    """The pilots run out at an effort whose pilot was `unreliable`; the final run at that effort
+    comes out `ok`: it is reported `warn`, with the reason `effort_unreliable` and its SE. A pilot
+    that was only `warn` leaves the final run's verdict as it is."""
+    execute_stage, calls = _script((pilot, None, ("pareto_k_high",)), ("ok", 0.05, ()))
+    rec = pol.run_policy(_plan(max_pilots=1), run.NoProgress(), execute_stage)
+    assert rec.status == reported and rec.log_z_stderr == 0.05
+    assert ("effort_unreliable" in {r.code for r in rec.combined.reasons}) == (pilot == "unreliable")
+    assert rec.policy["stages"][-1]["status"] == reported
 
 
 def test_a_margin_never_sends_an_ok_pilot_to_trained_kernels():

@@ -57,6 +57,10 @@ _TEXTS: dict[str, Union[str, Callable[..., str]]] = {
         "{collapsed} of the {populations} populations' genealogies collapsed, so their spread may "
         "understate the error; use more refinement moves (--refine-steps) or more particles per population"
     ),
+    "effort_unreliable": (
+        "the pilot run at this effort (stage {stage}) was unreliable, so this run's `ok` is not trusted: "
+        "the effort is not enough for this target; try another --init or sampler"
+    ),
     "populations_scatter": (
         "the populations' Ẑ scatter by {relative_stderr:.3g} of their mean: log Ẑ has no meaningful "
         "standard error; use more particles per population or more refinement moves"

@@ -61,6 +61,8 @@ CODES: dict[str, tuple[str, ...]] = {
     "not_at_equilibrium": ("moves", "drift", "z"),
     # Repeats (`repeats.combine_estimates`):
     "repeats_disagree": ("replicate_stderr", "delta_stderr", "z"),
+    # The default policy (`run.policy`): the final run's effort had an `unreliable` pilot.
+    "effort_unreliable": ("stage",),
     # Settings (`kernels.mcd.warnings`) and runs that failed (`record.datum_record`):
     "score_network_narrow": ("hidden", "dim"),
     "failed": ("error",),
