@@ -16,6 +16,7 @@ from conftest import records
 from mcd_cli import run
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted
+from mcd_cli.run import pilots
 from mcd_cli.run import policy as pol
 from mcd_cli.stats.reasons import Reason
 
@@ -265,12 +266,12 @@ def test_an_ok_pilot_whose_tails_predict_a_warning_raises_the_temperatures(ks, e
     if escalated:
         assert calls[1].sconf.target_ess > calls[0].sconf.target_ess and calls[1].particles == 2 * calls[0].particles
         assert "chance of all ≤ 0.5" in rec.policy["stages"][0]["decision"]
-    p = pol.tail_pass_probability(dataclasses.replace(ok, smc=({"pareto_k_populations": list(ks)},)), 4, 4096)
-    assert (p < pol.PILOT_TAIL_PASS) == escalated
+    p = pilots.tail_pass_probability(dataclasses.replace(ok, smc=({"pareto_k_populations": list(ks)},)), 4, 4096)
+    assert (p < pilots.PILOT_TAIL_PASS) == escalated
     # A perfect proposal's equal weights (k̂ −inf) count as k = 0; nothing finite: no prediction.
     perfect = dataclasses.replace(ok, smc=({"pareto_k_populations": [float("-inf")] * 4},))
-    assert pol.tail_pass_probability(perfect, 8, 2048) == pytest.approx(1.0)
-    assert pol.tail_pass_probability(ok, 4, 2048) is None
+    assert pilots.tail_pass_probability(perfect, 8, 2048) == pytest.approx(1.0)
+    assert pilots.tail_pass_probability(ok, 4, 2048) is None
 
 
 def test_reasons_nothing_can_raise_lead_to_trained_kernels_and_then_to_the_final_run():

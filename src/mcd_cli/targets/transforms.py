@@ -74,8 +74,15 @@ def whiten(target: Target, mean: Array, chol: Array) -> Target:
     # Constants are closed over as numpy arrays, so they take the working precision of the caller.
     mu, lower = mean, chol
 
+    return _reparameterised(target, lambda u: mu + lower @ u, lambda u: log_det, "whitened: x = μ + L u")
+
+
+def _reparameterised(target: Target, to_x: Any, log_jacobian: Any, note: str) -> Target:
+    """`target` in `u` with `x = to_x(u)`: log density `log γ(to_x(u)) + log_jacobian(u)` (so log Z
+    is unchanged), initial distribution N(0, I), samples mapped back to the user's values by `to_x`."""
+
     def log_density(u):
-        return target.log_density(mu + lower @ u) + log_det
+        return target.log_density(to_x(u)) + log_jacobian(u)
 
     return Target.create(
         log_density,
@@ -84,10 +91,10 @@ def whiten(target: Target, mean: Array, chol: Array) -> Target:
         initial_scale=1.0,
         log_z=target.log_z,
         name=target.name,
-        description=f"{target.description} (whitened: x = μ + L u)",
+        description=f"{target.description} ({note})",
         params=target.params,
         source=target.source,
-        to_user=lambda u: target.user_values(mu + lower @ u),
+        to_user=lambda u: target.user_values(to_x(u)),
     )
 
 
@@ -96,6 +103,11 @@ def tukey_h(u: Array, h: float) -> jax.Array:
     exp(h u²/2)(1 + h u²)`. For u ~ N(0, 1), g(u) has moments below order 1/h only: a tail as heavy
     as a Student-t with 1/h degrees of freedom, and the standard normal at h = 0."""
     return u * jnp.exp(0.5 * h * u * u)
+
+
+def tukey_log_jacobian(u: Array, h: float) -> jax.Array:
+    """`Σ log g'(u) = Σ (h u²/2 + log(1 + h u²))` of `tukey_h` over the coordinates of `u`."""
+    return jnp.sum(0.5 * h * u * u + jnp.log1p(h * u * u), axis=-1)
 
 
 def heavy_tailed(target: Target, h: float) -> Target:
@@ -118,21 +130,9 @@ def heavy_tailed(target: Target, h: float) -> Target:
     sigma = np.asarray(target.initial_scale, dtype=np.float64)
     log_det = float(np.sum(np.log(sigma)))
 
-    def log_density(u):
-        jacobian = jnp.sum(0.5 * h * u * u + jnp.log1p(h * u * u))
-        return target.log_density(mu + sigma * tukey_h(u, h)) + log_det + jacobian
-
-    return Target.create(
-        log_density,
-        target.dim,
-        initial_mean=0.0,
-        initial_scale=1.0,
-        log_z=target.log_z,
-        name=target.name,
-        description=f"{target.description} (heavy-tailed start: x = μ + σ u exp({h:g} u²/2))",
-        params=target.params,
-        source=target.source,
-        to_user=lambda u: target.user_values(mu + sigma * tukey_h(u, h)),
+    return _reparameterised(
+        target, lambda u: mu + sigma * tukey_h(u, h), lambda u: log_det + tukey_log_jacobian(u, h),
+        f"heavy-tailed start: x = μ + σ u exp({h:g} u²/2)",
     )
 
 

@@ -1,0 +1,150 @@
+"""What a pilot's measurements say about the next run: stalls and margins of the default policy.
+
+`run.policy` reads a pilot's record (its reasons, its populations' k̂, its stationarity z) to decide
+the next effort. Two questions are answered here. *Did raising a part of the effort help?*
+(`mixing_stalled`, `tails_stalled`: when it did not, that part counts as at its cap.) *Does an `ok`
+pilot predict an `ok` final run?* (`predicts_ok`, with `scaled_drift` and `tail_pass_probability`:
+a pilot passes the verdict's thresholds more easily than its larger final run.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from mcd_cli.run.defaults import PILOT_DRIFT_MARGIN, PILOT_TAIL_PASS
+from mcd_cli.stats.psis import PARETO_K_WARN, tail_length
+
+TAILS_STALL = 0.05  # `tails_stalled`: k̂'s mean must fall by this much when the conditional ESS is raised
+
+
+def _correlation(record: Any) -> Optional[float]:
+    """The move correlation a record's `moves_barely_move` reason measured, if it has one."""
+    return next((r.params.get("correlation") for r in record.combined.reasons if r.code == "moves_barely_move"), None)
+
+
+def tails_stalled(before: Any, after: Any) -> bool:
+    """Did raising the conditional ESS from pilot `before` to pilot `after` fail to lighten the
+    tails of the final weights? When the mean of the populations' k̂ fell by less than
+    `TAILS_STALL` (0.05, about half the sd of one population's k̂), the tail is not the one more
+    temperatures thin (on nice_mnist and brownian_motion k̂ stayed near 0.45 from ESS 0.5 to 0.9,
+    resampling at every step included), and raising them further only costs time.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> def stage(ess, ks):
+        ...     return S(effort=S(target_ess=ess, trained=False), record=S(smc=({"pareto_k_populations": ks},)))
+        >>> tails_stalled(stage(0.5, [0.5, 0.4]), stage(0.7, [0.45, 0.42])), tails_stalled(stage(0.5, [0.5, 0.4]), stage(0.7, [0.2, 0.3]))
+        (True, False)
+    """
+    if before.effort.trained or after.effort.trained or after.effort.target_ess <= before.effort.target_ess:
+        return False
+    k0, k1 = _mean_k(before.record), _mean_k(after.record)
+    return k0 is not None and k1 is not None and k1 > k0 - TAILS_STALL
+
+
+def _tail_ks(record: Any) -> list:
+    """A record's populations' k̂, below 0 (equal weights: −inf) counted as 0, unfittable dropped."""
+    sections = getattr(record, "smc", None) or ()
+    ks = sections[0].get("pareto_k_populations") if sections else None
+    return [max(k, 0.0) for k in ks or () if k is not None and (math.isfinite(k) or k == -math.inf)]
+
+
+def _mean_k(record: Any) -> Optional[float]:
+    ks = _tail_ks(record)
+    return sum(ks) / len(ks) if ks else None
+
+
+def mixing_stalled(before: Any, after: Any) -> bool:
+    """Did raising the moves from pilot `before` to pilot `after` fail to mix? Moves that mix
+    shrink the correlation between a particle before and after them geometrically, about c → c^m
+    for m times the moves; when both pilots' moves barely moved and the correlation fell by less
+    than half of that, in logarithms (above `c^((1 + m)/2)`: 0.35 from 0.5 for twice the moves),
+    what holds the particles is no number of moves (a mode they cannot leave: its share of the
+    spread stays whatever the moves do), and more would be wasted.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> from mcd_cli.stats.reasons import Reason
+        >>> def stage(moves, c):
+        ...     rec = S(combined=S(reasons=(Reason("moves_barely_move", {"correlation": c}),)))
+        ...     return S(effort=S(moves=moves, trained=False), record=rec)
+        >>> mixing_stalled(stage(15, 0.5), stage(30, 0.45)), mixing_stalled(stage(15, 0.5), stage(30, 0.3))
+        (True, False)
+    """
+    if before.effort.trained or after.effort.trained or after.effort.moves <= before.effort.moves:
+        return False
+    c0, c1 = _correlation(before.record), _correlation(after.record)
+    if c0 is None or c1 is None or not (0 < c0 < 1):
+        return False
+    return c1 > c0 ** (0.5 * (1 + after.effort.moves / before.effort.moves))
+
+
+def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int) -> tuple[set, str]:
+    """Does an `ok` pilot predict an `ok` final run of `n_final` particles? `(codes, why)`: the
+    reasons it does not (empty when it does) and a phrase saying so.
+
+    An `ok` pilot of a few populations passes the verdict's thresholds more easily than a larger
+    final run would: its stationarity test has less power (`scaled_drift`) and the final run's more
+    populations give more chances to one k̂ above 0.5 (`tail_pass_probability`). Each is asked
+    with a margin (`PILOT_DRIFT_MARGIN`, `PILOT_TAIL_PASS`) whose false alarms cost one more pilot,
+    never a wrong verdict: the final run earns its own.
+    """
+    codes, why = set(), []
+    drift = scaled_drift(pilot, n_pilot, n_final)
+    if drift is not None and drift > PILOT_DRIFT_MARGIN:
+        codes.add("not_at_equilibrium")
+        why.append(f"its stationarity z at the final run's {n_final} particles would be {drift:.2g}")
+    passing = tail_pass_probability(pilot, n_final // population, population)
+    if passing is not None and passing < PILOT_TAIL_PASS:
+        codes.add("pareto_k_warn")
+        why.append(f"its populations' k̂ give the final run's {n_final // population} a {passing:.0%} chance of all ≤ 0.5")
+    return codes, "; ".join(why)
+
+
+def tail_pass_probability(record: Any, populations: int, population: int) -> Optional[float]:
+    """The chance that `populations` new populations of `population` particles all have k̂ ≤ 0.5
+    (`PARETO_K_WARN`), from the pilot's populations' k̂ (None when it has none finite).
+
+    Each population's k̂ is taken as normal about the true k, with the sd of the generalised
+    Pareto shape's estimate from M tail weights, `(1 + k)/√M` (M = `tail_length(population)`);
+    the true k is estimated by the mean of the pilot's P values (k̂ below 0 counted as 0: a lighter
+    tail is no safer than none), whose own sd adds `1/P` to the variance.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> rec = lambda ks: S(smc=({"pareto_k_populations": ks},))
+        >>> round(tail_pass_probability(rec([0.1, 0.05, 0.15, 0.1]), 4, 4096), 3)
+        1.0
+        >>> round(tail_pass_probability(rec([0.35, 0.3, 0.45, 0.3]), 4, 4096), 2)
+        0.7
+    """
+    k = _mean_k(record)
+    if k is None:
+        return None
+    count = len(_tail_ks(record))
+    sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(1.0 + 1.0 / count)
+    one = 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
+    return one ** max(populations, 1)
+
+
+def scaled_drift(record: Any, n_pilot: int, n_final: int) -> Optional[float]:
+    """The pilot's stationarity |z| scaled to a run of `n_final` particles (None without one).
+
+    The drift of log γ under extra moves is a property of the effort, not of the run's size, while
+    its standard error falls as 1/√N: the final run's test sees a drift the pilot's smaller one
+    may not. Judged at the final size with the margin `PILOT_DRIFT_MARGIN` (2.5, below the
+    verdict's 3), a pilot at equilibrium exceeds it only when its own |z| > 2.5/√(n_final/n_pilot)
+    (1.8 for a final run twice its size: about 8 % of them), and the price of that false alarm is
+    one more pilot, never a wrong verdict.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> round(scaled_drift(S(smc=({"stationarity_z": -2.5},)), 8192, 16384), 2)
+        3.54
+    """
+    sections = getattr(record, "smc", None) or ()
+    z = sections[0].get("stationarity_z") if sections else None
+    if z is None or not math.isfinite(z):
+        return None
+    return abs(z) * math.sqrt(n_final / n_pilot)
