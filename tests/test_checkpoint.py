@@ -64,6 +64,14 @@ def test_train_state_round_trip_including_key_and_counters(tmp_path):
     for field in ("params", "opt_state", "key", "snapshot_params", "snapshot_opt_state"):
         assert trees_equal(getattr(restored, field), getattr(state, field)), field
     assert jax.random.key_impl(restored.key) == jax.random.key_impl(state.key)
+    assert "elbo_history" not in meta  # saved without one
+
+
+def test_train_state_keeps_its_elbo_history(tmp_path):
+    history = np.array([-3.5, np.nan, -2.25, -1.0 / 3.0])
+    checkpoint.save_state(tmp_path / "s.npz", fresh_state(1)._replace(iteration=4), history=history)
+    _, meta = checkpoint.load_state(tmp_path / "s.npz", fresh_state(2))
+    np.testing.assert_array_equal(meta["elbo_history"], history)  # bit for bit, NaN included
 
 
 def test_params_can_be_read_from_a_checkpoint(tmp_path):

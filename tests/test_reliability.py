@@ -132,6 +132,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_estimate(mcd_process, gauss
     assert got["iterations_run"] == 400 - saved
     assert got["log_z"] == expected["log_z"] and got["elbo"] == expected["elbo"]
     assert got["ess"] == expected["ess"]
+    # The training curve too: the iterations before the kill come from the checkpoint.
+    assert got["train_elbo_last"] == expected["train_elbo_last"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

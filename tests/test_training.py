@@ -91,7 +91,7 @@ def test_update_compiles_once():
     halved = result.state._replace(lr_scale=0.5)
     training.fit(
         halved, MIXTURE, sconf, dataclasses.replace(tconf, iterations=7), update=update,
-        checkpoint_every=2, on_checkpoint=lambda s: None,
+        checkpoint_every=2, on_checkpoint=lambda s, h: None,
     )
     assert update._cache_size() == 1
 
@@ -132,13 +132,19 @@ def test_resume_is_bit_identical():
     saved = []
     first = training.fit(
         state, MIXTURE, sconf, dataclasses.replace(tconf, iterations=6), update=update,
-        checkpoint_every=3, on_checkpoint=saved.append,
+        checkpoint_every=3, on_checkpoint=lambda s, h: saved.append((s, h)),
     )
-    assert [s.iteration for s in saved] == [3, 6, 6]
-    resumed = training.fit(first.state, MIXTURE, sconf, tconf, update=update)
+    assert [s.iteration for s, _ in saved] == [3, 6, 6]
+    assert [len(h) for _, h in saved] == [3, 6, 6]
+    resumed = training.fit(first.state, MIXTURE, sconf, tconf, update=update, history=saved[-1][1])
     for a, b in zip(jax.tree.leaves(full.params), jax.tree.leaves(resumed.params)):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(full.elbo_history[6:], resumed.elbo_history)
+    # The resumed run reports the whole curve, the iterations before the resume included.
+    np.testing.assert_array_equal(full.elbo_history, resumed.elbo_history)
+    # Without the saved history the iterations before the resume are unknown (NaN), not dropped.
+    bare = training.fit(first.state, MIXTURE, sconf, tconf, update=update)
+    assert np.isnan(bare.elbo_history[:6]).all()
+    np.testing.assert_array_equal(full.elbo_history[6:], bare.elbo_history[6:])
 
 
 def test_non_finite_updates_are_skipped_and_counted():
@@ -178,8 +184,9 @@ def test_interrupt_carries_last_state():
 
     with pytest.raises(training.TrainingInterrupted) as info:
         training.fit(state, MIXTURE, sconf, tconf, callback=interrupt)
-    # The state of the chunk (updates 4 and 5) whose progress was being reported.
+    # The state of the chunk (updates 4 and 5) whose progress was being reported, and its history.
     assert info.value.state.iteration == 6
+    assert info.value.history.shape == (6,) and np.isfinite(info.value.history).all()
 
 
 def test_plateau_rule_on_synthetic_curves():

@@ -111,7 +111,7 @@ def differences(got: Any, want: Any, volatile: set, where: str = "") -> list[str
 
 # What may differ between an uninterrupted run and a resumed one besides the clock: the iterations
 # trained in this process and the checkpoints it could not write.
-ALWAYS_VOLATILE = {"iterations_run", "checkpoint_failures", "elbo_history"}
+ALWAYS_VOLATILE = {"iterations_run", "checkpoint_failures"}  # how far this process ran; its failed saves
 
 
 def phase(directory: Path, total: Optional[int], code: Optional[int]) -> str:

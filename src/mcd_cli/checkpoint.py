@@ -469,19 +469,27 @@ def load_params(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     return _restore("params", arrays, template, keys, str(path)), meta
 
 
-def save_state(path: str | os.PathLike, state: Any, meta: Optional[dict] = None) -> None:
-    """Saves a whole training state (a NamedTuple pytree with a `params` field) atomically."""
+def save_state(
+    path: str | os.PathLike, state: Any, meta: Optional[dict] = None, history: Optional[np.ndarray] = None
+) -> None:
+    """Saves a whole training state (a NamedTuple pytree with a `params` field) atomically, with
+    `history`, the training ELBO of its iterations so far, so that a resumed run reports the whole
+    training curve (and the same `train_elbo_last`) as one that ran through."""
     meta = dict(meta or {})
     meta["iteration"] = int(getattr(state, "iteration", 0))
     # The parameters are stored apart, under the name a parameter file uses, so --load reads them.
-    _write(path, STATE_KIND, {"params": state.params, "state": state._replace(params=())}, meta)
+    trees = {"params": state.params, "state": state._replace(params=())}
+    if history is not None:
+        trees["history"] = np.asarray(history, dtype=np.float64)
+    _write(path, STATE_KIND, trees, meta)
 
 
 def load_state(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """Restores a training state saved by `save_state` into the structure of `template`.
 
     `template` is a freshly initialised state for the same target and settings; Python scalars in
-    it (the iteration, the counters) come back as the same Python types.
+    it (the iteration, the counters) come back as the same Python types. The saved ELBO history,
+    when the file has one, is `meta["elbo_history"]` (an array; absent otherwise).
     """
     arrays, meta = _read(path)
     if meta.get("kind") != STATE_KIND:
@@ -491,4 +499,6 @@ def load_state(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     keys = set(meta.get("key_leaves", ()))
     params = _restore("params", arrays, template.params, keys, str(path))
     rest = _restore("state", arrays, template._replace(params=()), keys, str(path))
+    if "history/0" in arrays:
+        meta = {**meta, "elbo_history": np.asarray(arrays["history/0"], dtype=np.float64)}
     return rest._replace(params=params), meta

@@ -142,7 +142,7 @@ class RunRecord:
     processes: int = 1  # processes of a --distributed run
     loaded_from: Optional[str] = None
     init_warnings: tuple = ()  # what the initial-distribution fit warned about
-    elbo_history: tuple = ()  # per repeat: the training ELBO of every iteration run (NaN if skipped)
+    elbo_history: tuple = ()  # per repeat: the training ELBO of every iteration (NaN if skipped; from the checkpoint before a resume)
     init_method: str = ""  # the initial distribution used (auto resolves to auto:target, auto:vi, ...)
     start_seconds: float = 0.0  # the initial-distribution fit and the step-size pilot
     initial_step_sizes: Optional[tuple] = None  # δ_1 … δ_K the pilot chose (None: fixed sizes)

@@ -46,11 +46,13 @@ class TrainingDiverged(RunFailed):
 
 
 class TrainingInterrupted(Exception):
-    """Training was interrupted (Ctrl-C); `state` is the last consistent `TrainState`."""
+    """Training was interrupted (Ctrl-C); `state` is the last consistent `TrainState`, `history` the
+    training ELBO of its iterations `0 … state.iteration − 1`."""
 
-    def __init__(self, state: "TrainState"):
+    def __init__(self, state: "TrainState", history: Optional[np.ndarray] = None):
         super().__init__(f"training interrupted at iteration {state.iteration}")
         self.state = state
+        self.history = history
 
 
 class TrainState(NamedTuple):
@@ -75,8 +77,8 @@ class TrainState(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
-    """What `fit` returns: the final state, the ELBO of every iteration run (NaN if skipped) and
-    why training stopped ("iterations": the cap was reached; "plateau": the stopping rule)."""
+    """What `fit` returns: the final state, the ELBO of every iteration `0 … state.iteration − 1`
+    (NaN if skipped; those before a resume as the checkpoint kept them) and why training stopped ("iterations": the cap was reached; "plateau": the stopping rule)."""
 
     state: TrainState
     elbo_history: np.ndarray
@@ -353,9 +355,10 @@ def fit(
     *,
     callback: Optional[Callable[[int, float], None]] = None,
     checkpoint_every: int = 0,
-    on_checkpoint: Optional[Callable[[TrainState], None]] = None,
+    on_checkpoint: Optional[Callable[[TrainState, np.ndarray], None]] = None,
     update: Optional[Callable] = None,
     objective: Optional[objectives.Objective] = None,
+    history: Optional[np.ndarray] = None,
 ) -> TrainResult:
     """Runs the updates `state.iteration … tconf.iterations − 1` (or until the ELBO plateaus).
 
@@ -363,11 +366,14 @@ def fit(
         state: from `init_train_state`, or a saved state to resume.
         target, sconf, tconf: what is trained and how.
         callback: `callback(iteration, elbo)` on the host for every update (after its chunk).
-        checkpoint_every: call `on_checkpoint(state)` every this many iterations (0: never), and
-            once at the end.
-        on_checkpoint: saves a state (e.g. `checkpoint.save_state`).
+        checkpoint_every: call `on_checkpoint(state, history)` every this many iterations (0:
+            never), and once at the end; `history` is the ELBO of iterations `0 … state.iteration − 1`.
+        on_checkpoint: saves a state and its history (e.g. `checkpoint.save_state`).
         update: a prebuilt `make_train_chunk(...)`, to share one compilation between calls.
         objective: what to minimise (default: the one `tconf.objective` names); ignored with `update`.
+        history: the ELBOs of the iterations before `state.iteration` (a resumed state's, as its
+            checkpoint kept them), so that a resumed run reports the same history as one that ran
+            through; missing entries are NaN.
 
     Raises:
         TrainingDiverged: see the module docstring.
@@ -376,8 +382,9 @@ def fit(
     """
     run_chunk = update or make_train_chunk(target, sconf, tconf, objective)
     chunk = int(tconf.chunk)
-    start_iteration = state.iteration
-    history = np.full(max(tconf.iterations - start_iteration, 0), np.nan)
+    earlier = np.asarray(history if history is not None else (), dtype=np.float64)[: state.iteration]
+    history = np.full(max(tconf.iterations, state.iteration), np.nan)
+    history[: earlier.size] = earlier
     stop_reason = "iterations"
     t0 = time.perf_counter()
     try:
@@ -389,7 +396,7 @@ def fit(
             new_state, elbos = run_chunk(_to_device(state), jnp.asarray(stop, jnp.int32))
             new_state = _to_host(new_state)
             elbos = np.asarray(elbos, dtype=np.float64)[: new_state.iteration - i0]
-            history[i0 - start_iteration : new_state.iteration - start_iteration] = elbos
+            history[i0 : new_state.iteration] = elbos
             if new_state.recoveries > tconf.max_recoveries:
                 if callback is not None:
                     for j, elbo in enumerate(elbos):
@@ -404,17 +411,17 @@ def fit(
                 for j, elbo in enumerate(elbos):
                     callback(i0 + j, float(elbo))
             if on_checkpoint is not None and checkpoint_every > 0 and state.iteration % checkpoint_every == 0:
-                on_checkpoint(state)
+                on_checkpoint(state, history[: state.iteration])
             if tconf.stop == "plateau" and plateaued(state.recent, state.iteration, tconf.plateau_window):
                 stop_reason = "plateau"
                 break
     except KeyboardInterrupt:
-        raise TrainingInterrupted(state) from None
+        raise TrainingInterrupted(state, history[: state.iteration]) from None
     if on_checkpoint is not None and checkpoint_every > 0:
-        on_checkpoint(state)
+        on_checkpoint(state, history[: state.iteration])
     return TrainResult(
         state=state,
-        elbo_history=history[: state.iteration - start_iteration],
+        elbo_history=history[: state.iteration],
         skipped=state.skipped,
         recoveries=state.recoveries,
         seconds=time.perf_counter() - t0,

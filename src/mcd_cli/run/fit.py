@@ -33,7 +33,7 @@ class Fitted(NamedTuple):
 
     params: Any
     state: Any = None  # the final TrainState (None when nothing was trained)
-    history: Optional[np.ndarray] = None  # the training ELBO of every iteration run
+    history: Optional[np.ndarray] = None  # the training ELBO of every iteration (a resumed run: from its checkpoint)
     stop_reason: Optional[str] = None
     seconds: float = 0.0
     skipped: int = 0
@@ -50,14 +50,18 @@ def default_interrupt_dir(plan: RunPlan) -> Path:
     return Path(f"mcd-checkpoint-{plan.target.name}-seed{plan.seed}")
 
 
-def save_interrupted(plan: RunPlan, state: Any, repeat: int) -> tuple[Optional[Path], str]:
-    """Saves `state` where a resume finds it: `(directory, "")`, or `(None, why not)`."""
+def save_interrupted(
+    plan: RunPlan, state: Any, repeat: int, history: Optional[np.ndarray] = None
+) -> tuple[Optional[Path], str]:
+    """Saves `state` (and its ELBO history) where a resume finds it: `(directory, "")`, or `(None, why not)`."""
     directory = plan.checkpoint_dir or default_interrupt_dir(plan)
     if not devices.is_primary():
         return Path(directory), ""
     try:
         checkpoint.ensure_directory(directory, "checkpoint directory")
-        checkpoint.save_state(plan.state_path(repeat, directory), state, {**file_meta(plan), "repeat": repeat})
+        checkpoint.save_state(
+            plan.state_path(repeat, directory), state, {**file_meta(plan), "repeat": repeat}, history=history
+        )
         return Path(directory), ""
     except (OSError, checkpoint.CheckpointError) as err:
         return None, str(err)
@@ -70,7 +74,7 @@ def saved_on_interrupt(plan: RunPlan, repeat: int, state: Any = None, total: int
     try:
         yield
     except TrainingInterrupted as interrupted:
-        saved, reason = save_interrupted(plan, interrupted.state, repeat)
+        saved, reason = save_interrupted(plan, interrupted.state, repeat, interrupted.history)
         raise Interrupted(saved, interrupted.state.iteration, total, reason) from None
     except KeyboardInterrupt:
         if state is None:
@@ -93,6 +97,7 @@ class Checkpoints:
     meta: Optional[dict]
     failures: int = dataclasses.field(default=0, init=False)
     saved: Optional[int] = dataclasses.field(default=None, init=False)  # the last iteration saved
+    history: Optional[np.ndarray] = dataclasses.field(default=None, init=False)  # the resumed ELBO history
 
     @classmethod
     def of(cls, plan: RunPlan, repeat: int) -> "Checkpoints":
@@ -101,17 +106,19 @@ class Checkpoints:
         return cls(plan.state_path(repeat), plan.checkpoint_every, {**file_meta(plan), "repeat": repeat})
 
     def resume(self, state: Any, resume: bool) -> Any:
-        """The saved state when resuming and one exists, else `state`."""
+        """The saved state when resuming and one exists, else `state`; the saved ELBO history goes
+        to `history` (pass it to `training.fit`)."""
         if self.path is not None and resume and self.path.exists():
-            state, _ = checkpoint.load_state(self.path, state)
+            state, meta = checkpoint.load_state(self.path, state)
             self.saved = int(state.iteration)
+            self.history = meta.get("elbo_history")
         return state
 
-    def save(self, state: Any) -> None:
+    def save(self, state: Any, history: Optional[np.ndarray] = None) -> None:
         if not devices.is_primary():
             return
         try:
-            checkpoint.save_state(self.path, state, self.meta)
+            checkpoint.save_state(self.path, state, self.meta, history=history)
         except OSError as err:
             self.failures += 1
             if self.failures == 1:
@@ -126,7 +133,7 @@ class Checkpoints:
         self.saved = int(state.iteration)
 
     @property
-    def on_checkpoint(self) -> Optional[Callable[[Any], None]]:
+    def on_checkpoint(self) -> Optional[Callable[[Any, np.ndarray], None]]:
         return self.save if self.path is not None else None
 
 
@@ -157,7 +164,7 @@ def fitter(plan: RunPlan, target: Any, step_sizes: Any, sharding: Any = None) ->
         with saved_on_interrupt(plan, repeat, total=t.iterations):
             result = fit(
                 state, target, s, t, callback=callback, checkpoint_every=saver.every,
-                on_checkpoint=saver.on_checkpoint, update=update,
+                on_checkpoint=saver.on_checkpoint, update=update, history=saver.history,
             )
         return Fitted(
             result.state.params, result.state, result.elbo_history, result.stop_reason, result.seconds,

@@ -197,7 +197,7 @@ def _fit(plan: PerDatumPlan, key: jax.Array, data: np.ndarray, progress: Progres
     with saved_on_interrupt(plan, 0, total=plan.tconf.iterations):
         result = fit(
             state, one, plan.sconf, plan.tconf, callback=callback, update=update, checkpoint_every=saver.every,
-            on_checkpoint=saver.on_checkpoint,
+            on_checkpoint=saver.on_checkpoint, history=saver.history,
         )
     return result.state.params, result.seconds, result.skipped, result.recoveries
 
