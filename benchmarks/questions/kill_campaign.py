@@ -15,7 +15,8 @@ Two parts (docs/reliability.md, "How it is tested"):
 2. **Concurrent appenders.** `--appenders` processes append lines of random size (up to
    `--line-kb` kB, so that kills land mid-write) to one file with `checkpoint.append_line` — the
    code `--output` uses — and acknowledge each line on stdout once it returned; `--appender-kills`
-   of them are SIGKILLed at random moments. Then one more append (the next job), and the file is
+   of them are SIGKILLed, each after a random number of its own appends returned and up to
+   `--kill-jitter` seconds later (so inside a later write, now and then). Then one more append (the next job), and the file is
    read: lines that do not parse are `corrupt`; acknowledged lines (and every line of a writer that
    exited 0) that are missing are `lost`; `fragments_cut` counts the partial lines of killed writers
    that later appends cut off (their lines were never acknowledged).
@@ -36,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -200,18 +202,38 @@ def appenders(args, result: ResultFile, work: Path, env: dict, rng: random.Rando
         )
         for w in range(args.appenders)
     ]
+    # Each victim is killed after a random number of its own appends have returned (so the kill
+    # lands while it writes, not while Python starts), a random fraction of a write later: some
+    # kills land inside a write and leave a fragment for the next append to cut off.
     victims = set(rng.sample(range(args.appenders), min(args.appender_kills, args.appenders)))
-    moments = sorted((rng.uniform(0.5, args.appender_window), w) for w in victims)
-    t0 = time.perf_counter()
-    for moment, w in moments:
-        time.sleep(max(0.0, moment - (time.perf_counter() - t0)))
-        if procs[w].poll() is None:
-            procs[w].send_signal(signal.SIGKILL)
-    acknowledged, cut, exits = {}, 0, {}
+    plans = {w: (rng.randrange(1, args.lines), rng.uniform(0.0, args.kill_jitter)) for w in victims}
+    outputs: dict = {}
+
+    def watch(w: int) -> None:
+        after, delay = plans[w]
+        seen = []
+        for line in procs[w].stdout:
+            seen.append(line)
+            if len(seen) == after:
+                time.sleep(delay)
+                procs[w].send_signal(signal.SIGKILL)
+        outputs[w] = "".join(seen)
+
+    watchers = [threading.Thread(target=watch, args=(w,)) for w in sorted(victims)]
+    for t in watchers:
+        t.start()
+    acknowledged, cut, exits, stdout = {}, 0, {}, {}
     for w, proc in enumerate(procs):
-        out, err = proc.communicate(timeout=args.timeout)
+        if w in victims:
+            proc.wait(timeout=args.timeout)
+        else:
+            stdout[w], _ = proc.communicate(timeout=args.timeout)
         exits[w] = proc.returncode
-        oks = [line.split() for line in out.splitlines() if line.startswith("ok ")]
+    for t in watchers:
+        t.join(timeout=args.timeout)
+    stdout.update(outputs)
+    for w in range(args.appenders):
+        oks = [line.split() for line in stdout[w].splitlines() if line.startswith("ok ")]
         acknowledged[w] = {int(i) for _, i, _ in oks}
         cut += sum(int(c) > 0 for _, _, c in oks)
     from mcd_cli import checkpoint
@@ -276,7 +298,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--appender-kills", type=int, default=4, help="how many of them are SIGKILLed")
     p.add_argument("--lines", type=int, default=200, help="lines each appender writes")
     p.add_argument("--line-kb", type=int, default=64, help="the largest line, in kB")
-    p.add_argument("--appender-window", type=float, default=4.0, help="kills among appenders fall in this many seconds")
+    p.add_argument("--kill-jitter", type=float, default=0.02,
+                   help="a killed appender dies this many seconds at most after its chosen append returned")
     p.add_argument("--seed", type=int, default=0, help="the runs' --seed and the campaign's random moments")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
     p.add_argument("--workdir", type=Path, help="where checkpoints and files go (default: a temporary folder)")
