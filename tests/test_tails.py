@@ -11,7 +11,7 @@ from conftest import records
 
 from mcd_cli import run
 from mcd_cli.config import SamplerConfig
-from mcd_cli.init.tails import TAIL_GRID, choose_tails
+from mcd_cli.init.tails import TAIL_GRID, TAIL_LOSS, choose_tails
 from mcd_cli.targets import Target, load_target
 from mcd_cli.targets.transforms import heavy_tailed, tukey_h
 
@@ -51,6 +51,27 @@ def test_auto_gives_heavy_tailed_targets_heavier_tails_and_keeps_the_gaussian_el
     # Only "auto" chooses: a start the user named is kept as it is.
     same, method, _ = run.initial_target(t3, SamplerConfig(init="target"), seed=0)
     assert same is t3 and method == "target"
+
+
+def test_a_close_gaussian_with_infinite_variance_weights_gets_bounded_ones():
+    """The logit of a Beta(16, 9) posterior has exponential tails: its moment-matched Gaussian fits
+    the body (ELBO within 0.01 nats of log Z = 0) but its weights have k̂ ≈ 1. The lightest Tukey
+    tail whose weights are bounded (k̂ ≤ 0.5) is kept for a small cost in ELBO."""
+    a, b = 16.0, 9.0
+
+    def logit_beta(z):  # log density of z = logit p, p ~ Beta(a, b): mass 1
+        z = z[0]
+        return a * jax.nn.log_sigmoid(z) + b * jax.nn.log_sigmoid(-z) - jax.scipy.special.betaln(a, b)
+
+    from scipy.special import polygamma, digamma
+
+    mean = float(digamma(a) - digamma(b))
+    sd = float(np.sqrt(polygamma(1, a) + polygamma(1, b)))
+    target = Target.create(logit_beta, dim=1, initial_mean=mean, initial_scale=sd)
+    choice = choose_tails(target, jax.random.key(0))
+    assert choice.pareto_ks[0] > 0.7 and choice.elbos[0] > -0.05  # a good fit, unbounded weights
+    assert choice.h == TAIL_GRID[0]
+    assert choice.pareto_ks[1] <= 0.5 and choice.elbos[1] >= choice.elbos[0] - TAIL_LOSS
 
 
 def test_smc_from_the_heavier_start_lands_on_a_student_t(mcd, tmp_path):

@@ -78,7 +78,8 @@ class TrainState(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
     """What `fit` returns: the final state, the ELBO of every iteration `0 … state.iteration − 1`
-    (NaN if skipped; those before a resume as the checkpoint kept them) and why training stopped ("iterations": the cap was reached; "plateau": the stopping rule)."""
+    (NaN if skipped; those before a resume as the checkpoint kept them) and why training stopped
+    ("iterations": the cap was reached; "plateau": the stopping rule)."""
 
     state: TrainState
     elbo_history: np.ndarray

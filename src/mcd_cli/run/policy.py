@@ -108,8 +108,8 @@ class Effort:
         """The sampler and training settings of this effort over the sizes of `sconf`/`tconf`."""
         settings = dict(POLICY_TRAINED if self.trained else POLICY_START)
         iterations = settings.pop("iterations")
-        if not self.trained:
-            settings.update(refine_steps=self.moves, target_ess=self.target_ess)
+        if not self.trained:  # resampling after every temperature: the final weights are one increment's
+            settings.update(refine_steps=self.moves, target_ess=self.target_ess, resample=self.target_ess)
         return dataclasses.replace(sconf, **settings), dataclasses.replace(tconf, iterations=iterations)
 
 
