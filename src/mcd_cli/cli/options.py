@@ -103,13 +103,14 @@ OPTIONS: dict[str, Any] = {
     ),
     "model": option(
         str, "--model", panel=TARGET,
-        help=f"The NumPyro model function in a .py target file. (default: {DEFAULT_MODEL})",
+        help="The model in a .py target file: a NumPyro model function or a PyMC model object. "
+        f"(default: {DEFAULT_MODEL})",
     ),
     "data": option(
         Path, "--data", panel=TARGET,
         help="Named arrays (.npz, .csv with a header row, or .json) bound to the target's data arguments by name: "
-        "a NumPyro model's keyword arguments, or a conditional target's data set (the array named data, or the "
-        "only one; one datum per row).",
+        "a NumPyro model's keyword arguments or a PyMC model's pm.Data containers, or a conditional target's "
+        "data set (the array named data, or the only one; one datum per row).",
     ),
     "data_index": option(
         str, "--data-index", panel=TARGET,
@@ -145,7 +146,7 @@ OPTIONS: dict[str, Any] = {
         InitMethod, "--init", panel=SAMPLER,
         help="Initial distribution: auto (the target's own when it declares one, else vi), target (the target's "
         "own, or N(0, I)), laplace (a Gaussian at the mode), vi (a mean-field Gaussian fitted by the ELBO) or "
-        f"prior (a NumPyro model's prior). (default: {_S.init})",
+        f"prior (a NumPyro or PyMC model's prior). (default: {_S.init})",
     ),
     "init_cov": option(
         InitCov, "--init-cov", panel=SAMPLER,
@@ -297,7 +298,8 @@ OPTIONS: dict[str, Any] = {
         Path, "--posterior", panel=OUTPUT,
         help="Write the final SMC populations as posterior draws to this file: .nc (ArviZ InferenceData; needs "
         "pip install 'mcd-cli\\[posterior]') or .npz (numpy). Each population, resampled to equal weights, is one "
-        "chain, in the target's own variables (a NumPyro model's constrained sites, else x); the estimate, its "
+        "chain, in the target's own variables (a NumPyro or PyMC model's constrained variables, else x); the "
+        "estimate, its "
         "verdict and the settings are its attributes. Approximate draws: as good as the verdict. Needs SMC.",
     ),
     "strict": option(

@@ -67,8 +67,8 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
 
         if not is_model_target(plan.target):
             raise UsageError(
-                f"--init prior needs a NumPyro model target, and '{plan.target.name}' is not one; "
-                "use --init target, laplace or vi"
+                f"--init prior needs a NumPyro model (or a PyMC model) target, and '{plan.target.name}' "
+                "is not one; use --init target, laplace or vi"
             )
     if plan.sconf.smc:
         validate_populations(plan.num_samples, plan.particles, plan.population)

@@ -403,9 +403,11 @@ def from_module(
 
 
 def is_model_target(target: Union[Target, ModelDensity]) -> bool:
-    """Whether `target` was built from a NumPyro model (so that `prior_initial` applies)."""
+    """Whether `target` was built from a NumPyro or a PyMC model (so that `prior_initial` applies)."""
+    from mcd_cli.targets.pymc_model import PyMCDensity  # (no PyMC import: that module imports it lazily)
+
     density = target.log_density if isinstance(target, Target) else target
-    return isinstance(density, ModelDensity)
+    return isinstance(density, (ModelDensity, PyMCDensity))
 
 
 def prior_draws(target: Union[Target, ModelDensity], key: jax.Array, num: int = 4096) -> jax.Array:
@@ -415,11 +417,13 @@ def prior_draws(target: Union[Target, ModelDensity], key: jax.Array, num: int = 
     depends on) and mapped to R^d by the same transforms as the target's density.
     """
     density = target.log_density if isinstance(target, Target) else target
-    if not isinstance(density, ModelDensity):
+    if not is_model_target(density):
         name = target.name if isinstance(target, Target) else type(target).__name__
-        raise TargetError(f"target {name!r} is not a NumPyro model, so it has no prior to start from")
+        raise TargetError(f"target {name!r} is not a NumPyro model, nor a PyMC model, so it has no prior to start from")
     if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 2:
         raise TargetError(f"the number of prior draws must be an integer of at least 2, got {num!r}")
+    if not isinstance(density, ModelDensity):
+        return jnp.asarray(density.prior_draws(key, int(num)))  # a PyMC model: PyMC draws its prior
     return _prior_sampler(density)(jax.random.split(key, int(num)))
 
 

@@ -10,6 +10,8 @@ either
   which returns a dict with the same keys (or a `Target`); or
 * a NumPyro model function `model` (or another name, given as `model=`), whose keyword arguments
   take the data (see `numpyro_model.py`); or
+* a PyMC model, a `pymc.Model` object named `model` (or `model=`), whose `pm.Data` containers
+  take the data (see `pymc_model.py`); or
 * a conditional target: `dim`, `log_density(z, x)` (two arguments: latents and one datum) and a
   data set `data` (or a `--data` file), with optional functions of the datum `initial(x)`,
   `log_z(x)`, `features(x)` and the flag `amortise` (see `conditional.py`).
@@ -28,11 +30,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator, Mapping, Optional
 
-from mcd_cli.targets import numpyro_model
+from mcd_cli.targets import numpyro_model, pymc_model
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.fields import build_from_file
 from mcd_cli.targets.numpyro_model import missing_numpyro
+from mcd_cli.targets.pymc_model import missing_pymc
 from mcd_cli.targets.params import bind_params, declared_params
 from mcd_cli.targets.validate import one_line, user_error, where
 
@@ -80,6 +83,8 @@ def _import(path: Path, display: str) -> ModuleType:
         sys.modules.pop(module_name, None)
         if (err.name or "").split(".")[0] == "numpyro":
             raise missing_numpyro(display) from None
+        if (err.name or "").split(".")[0] in ("pymc", "pytensor"):
+            raise missing_pymc(display) from None
         raise TargetError(
             f"{where(display, err, [path])}: cannot import module {err.name!r}; install it, or put "
             f"{err.name}.py next to the target file"
@@ -260,7 +265,8 @@ def from_module(
     """Builds the `Target` an imported target file defines, calling `make_target(**params)` if any.
 
     A file with neither `log_density` nor `make_target` may define a NumPyro model (`model`, or the
-    function named by `model`); `data` binds arrays to its keyword arguments by name.
+    function named by `model`); `data` binds arrays to its keyword arguments by name. A `pymc.Model`
+    object of that name is a PyMC model instead (`data` replaces its `pm.Data` values by name).
     """
     path = Path(module.__file__).resolve()
     display = display or str(path)
@@ -274,9 +280,13 @@ def from_module(
         given = "model name" if model is not None else "data"
         raise TargetError(
             f"{display} defines {plain[0]}, not a NumPyro model, so it takes no {given}; "
-            "model names and data files apply to NumPyro model files"
+            "model names and data files apply to NumPyro and PyMC model files"
         )
     if not plain:
+        pymc = pymc_model.find_model(module, model, display)
+        if pymc is not None:
+            with _folder_on_path(path.parent):
+                return pymc_model.from_module(module, pymc, display, model_name=model, data=data, params=params)
         model_fn = numpyro_model.find_model(module, model, display)
         if model_fn is not None:
             with _folder_on_path(path.parent):
@@ -300,7 +310,7 @@ def from_module(
         else:
             raise TargetError(
                 f"{display} defines neither log_density(x) (with dim) nor make_target(**params), nor a "
-                "NumPyro model function `model`; see docs/targets.md"
+                "NumPyro model function or PyMC model `model`; see docs/targets.md"
             )
         if "log_density" not in fields or "dim" not in fields:
             raise TargetError(f"{display}: make_target must return at least log_density and dim")
