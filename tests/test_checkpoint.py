@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mcd_cli import checkpoint
+from mcd_cli import checkpoint, files
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.base import Target
 from mcd_cli.training import init_train_state
@@ -159,7 +159,7 @@ def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypa
 
 def _append_many(path: str, worker: int, count: int) -> None:
     for i in range(count):
-        checkpoint.append_line(path, json.dumps({"worker": worker, "i": i, "pad": "x" * (500 + 37 * worker)}))
+        files.append_line(path, json.dumps({"worker": worker, "i": i, "pad": "x" * (500 + 37 * worker)}))
 
 
 def test_concurrent_appends_never_interleave(tmp_path):
@@ -179,16 +179,16 @@ def test_concurrent_appends_never_interleave(tmp_path):
 
 
 def test_ensure_writable(tmp_path):
-    assert checkpoint.ensure_writable(tmp_path / "new.jsonl", "out") == tmp_path / "new.jsonl"
+    assert files.ensure_writable(tmp_path / "new.jsonl", "out") == tmp_path / "new.jsonl"
     assert not (tmp_path / "new.jsonl").exists()  # checking creates nothing
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
-        checkpoint.ensure_writable(tmp_path / "missing" / "x", "out")
+        files.ensure_writable(tmp_path / "missing" / "x", "out")
     with pytest.raises(checkpoint.CheckpointError, match="directory"):
-        checkpoint.ensure_writable(tmp_path, "out")
+        files.ensure_writable(tmp_path, "out")
     with pytest.raises(checkpoint.CheckpointError):
-        checkpoint.ensure_writable("/proc/not-here.jsonl", "out")
+        files.ensure_writable("/proc/not-here.jsonl", "out")
     (tmp_path / "file").write_text("x")
     with pytest.raises(checkpoint.CheckpointError, match="not a directory"):
-        checkpoint.ensure_directory(tmp_path / "file", "--checkpoint directory")
-    assert checkpoint.ensure_directory(tmp_path / "a" / "b", "dir").is_dir()
+        files.ensure_directory(tmp_path / "file", "--checkpoint directory")
+    assert files.ensure_directory(tmp_path / "a" / "b", "dir").is_dir()

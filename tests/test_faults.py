@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from conftest import NO_TRAIN, TINY, records
 
-from mcd_cli import checkpoint
+from mcd_cli import checkpoint, files
 from mcd_cli.cli import message
 from mcd_cli.cli import output as out
 from mcd_cli.errors import RunFailed
@@ -76,7 +76,7 @@ class FaultyOs(types.ModuleType):
 
 def inject(monkeypatch, name: str, **kwargs) -> FaultyOs:
     faulty = FaultyOs(name, **kwargs)
-    monkeypatch.setattr(checkpoint, "os", faulty)
+    monkeypatch.setattr(files, "os", faulty)
     return faulty
 
 
@@ -107,23 +107,23 @@ def test_a_failed_append_leaves_the_file_byte_identical(tmp_path, monkeypatch, f
     spec = APPEND_FAULTS[fault]
     inject(monkeypatch, **spec)
     with pytest.raises(type(spec.get("error", ENOSPC))) as raised:
-        checkpoint.append_line(path, json.dumps({"seed": 999, "pad": "y" * 5000}))
+        files.append_line(path, json.dumps({"seed": 999, "pad": "y" * 5000}))
     monkeypatch.undo()
     assert path.read_bytes() == before
     if isinstance(raised.value, OSError):
         assert raised.value.filename == str(path)  # the error names the file
-    checkpoint.append_line(path, '{"seed": 1000}')  # the next append works and starts a line
+    files.append_line(path, '{"seed": 1000}')  # the next append works and starts a line
     assert path.read_bytes() == before + b'{"seed": 1000}\n'
 
 
 def test_an_append_cuts_off_the_fragment_a_killed_writer_left(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_bytes(lines_of(3) + b'{"seed": 7, "log_z": -0.')  # a writer killed mid-write
-    assert checkpoint.append_line(path, '{"seed": 8}') == len(b'{"seed": 7, "log_z": -0.')
+    assert files.append_line(path, '{"seed": 8}') == len(b'{"seed": 7, "log_z": -0.')
     assert path.read_bytes() == lines_of(3) + b'{"seed": 8}\n'
-    assert checkpoint.append_line(path, '{"seed": 9}') == 0
+    assert files.append_line(path, '{"seed": 9}') == 0
     path.write_bytes(b"no newline at all")
-    assert checkpoint.append_line(path, "{}") == len(b"no newline at all") and path.read_bytes() == b"{}\n"
+    assert files.append_line(path, "{}") == len(b"no newline at all") and path.read_bytes() == b"{}\n"
 
 
 def test_output_warns_when_it_cuts_a_fragment(tmp_path, capsys):
@@ -153,20 +153,20 @@ def test_a_failed_output_append_puts_the_record_on_stdout_or_stderr(tmp_path, mo
 
 def test_dev_full_is_a_real_full_disk():
     with pytest.raises(OSError) as raised:
-        checkpoint.append_line("/dev/full", '{"a": 1}')
+        files.append_line("/dev/full", '{"a": 1}')
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == "/dev/full"
 
 
 _UNDER_LIMIT = """
 import resource, sys
-from mcd_cli import checkpoint
+from mcd_cli import checkpoint, files
 path, limit, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 try:
     if mode == "append":
-        checkpoint.append_line(path, "z" * 5000)
+        files.append_line(path, "z" * 5000)
     else:
-        checkpoint.atomic_write_bytes(path, b"z" * 5000)
+        files.atomic_write_bytes(path, b"z" * 5000)
 except OSError as err:
     print(err.errno, err.filename)
 """
@@ -212,7 +212,7 @@ def test_a_failed_save_keeps_the_previous_file_and_no_temporary(tmp_path, monkey
         def no_space(*args, **kwargs):
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".state-r0.npz.x.tmp"))
 
-        monkeypatch.setattr(checkpoint, "tempfile", types.SimpleNamespace(mkstemp=no_space))
+        monkeypatch.setattr(files, "tempfile", types.SimpleNamespace(mkstemp=no_space))
         spec = {}
     else:
         inject(monkeypatch, **spec)

@@ -20,7 +20,7 @@ from jax.scipy.stats import multivariate_normal, norm
 from conftest import one_line_error, records
 from rich.console import Console
 
-from mcd_cli import amortised, annealing, checkpoint, report, score
+from mcd_cli import amortised, annealing, files, report, score
 from mcd_cli.run import Policy, perdatum, smc_kernels
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError
@@ -429,7 +429,7 @@ def test_a_data_log_line_that_cannot_be_written_is_a_warning_and_resume_estimate
     args = ["estimate", target_file, "--data-index", "0:3", "--amortise", "--backward", "ais", "--steps", "2",
             "--iterations", "2", "--batch-size", "16", "--samples", "128", "--resample", "0",
             "--checkpoint", ck, "--checkpoint-every", "1", "--json"]
-    real, calls = checkpoint.append_line, []
+    real, calls = files.append_line, []
 
     def full_disk_on_the_second(path, line):
         calls.append(path)
@@ -437,7 +437,7 @@ def test_a_data_log_line_that_cannot_be_written_is_a_warning_and_resume_estimate
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, line)
 
-    monkeypatch.setattr(checkpoint, "append_line", full_disk_on_the_second)
+    monkeypatch.setattr(files, "append_line", full_disk_on_the_second)
     code, out, err = mcd(args)
     monkeypatch.undo()
     assert code == 0, err

@@ -219,7 +219,7 @@ def test_netcdf_without_arviz_names_the_extra(gauss_yaml, tmp_path, monkeypatch)
 def test_a_file_that_cannot_be_written_fails_in_one_line_after_the_record(gauss_yaml, tmp_path, monkeypatch):
     """A full disk when the file is moved into place: the estimate is printed and appended, then
     one line naming the file, exit 1; neither the file nor a temporary one is left."""
-    from mcd_cli import checkpoint
+    from mcd_cli import files
 
     class FullForDraws(types.ModuleType):  # `os` as `checkpoint` sees it, but no room for draws.npz
         def __getattr__(self, name):
@@ -230,7 +230,7 @@ def test_a_file_that_cannot_be_written_fails_in_one_line_after_the_record(gauss_
                 raise OSError(errno.ENOSPC, "No space left on device")
             return os.replace(src, dst)
 
-    monkeypatch.setattr(checkpoint, "os", FullForDraws("os"))
+    monkeypatch.setattr(files, "os", FullForDraws("os"))
     args = [*FAST[:-4], "--samples", "512", "--particles", "256", "-o", tmp_path / "runs.jsonl"]
     code, out, err = invoke(["estimate", gauss_yaml, *args, "--posterior", tmp_path / "draws.npz", "--json", "-q"])
     assert code == 1 and len(records(out)) == 1

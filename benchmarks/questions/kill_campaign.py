@@ -13,7 +13,7 @@ Two parts (docs/reliability.md, "How it is tested"):
    `start` (none yet), `training` (iteration < N), `estimation` (training finished); `after` (the
    run had finished first); `run` for the pipelines that train nothing.
 2. **Concurrent appenders.** `--appenders` processes append lines of random size (up to
-   `--line-kb` kB, so that kills land mid-write) to one file with `checkpoint.append_line` — the
+   `--line-kb` kB, so that kills land mid-write) to one file with `files.append_line` — the
    code `--output` uses — and acknowledge each line on stdout once it returned; `--appender-kills`
    of them are SIGKILLed, each after a random number of its own appends returned and up to
    `--kill-jitter` seconds later (so inside a later write, now and then). Then one more append (the next job), and the file is
@@ -63,12 +63,12 @@ PIPELINES = {
 
 _APPENDER = """
 import json, os, random, sys
-from mcd_cli import checkpoint
+from mcd_cli import files
 path, worker, count, kb, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(seed)
 for i in range(count):
     line = json.dumps({"worker": worker, "i": i, "pad": "x" * rng.randrange(64, kb * 1024)})
-    cut = checkpoint.append_line(path, line)
+    cut = files.append_line(path, line)
     print(f"ok {i} {cut}", flush=True)
 """
 
@@ -236,9 +236,9 @@ def appenders(args, result: ResultFile, work: Path, env: dict, rng: random.Rando
         oks = [line.split() for line in stdout[w].splitlines() if line.startswith("ok ")]
         acknowledged[w] = {int(i) for _, i, _ in oks}
         cut += sum(int(c) > 0 for _, _, c in oks)
-    from mcd_cli import checkpoint
+    from mcd_cli import files
 
-    cut += checkpoint.append_line(path, json.dumps({"worker": -2, "i": 0})) > 0  # the next job's append
+    cut += files.append_line(path, json.dumps({"worker": -2, "i": 0})) > 0  # the next job's append
     corrupt, found = 0, {}
     for line in path.read_bytes().split(b"\n")[:-1]:
         try:

@@ -33,11 +33,11 @@ SMC_PANELS = (("ess", "ESS"), ("beta", "β"), ("acceptance", "acceptance rate"))
 
 def check_path(path: Path) -> None:
     """Usage error unless `path` names a .png, .svg or .pdf file that can be written."""
-    from mcd_cli import checkpoint
+    from mcd_cli import files
 
     if Path(path).suffix.lower() not in FORMATS:
         raise UsageError(f"--plot '{path}': give a file ending in .png, .svg or .pdf")
-    checkpoint.ensure_writable(Path(path), "--plot file")
+    files.ensure_writable(Path(path), "--plot file")
 
 
 def require() -> Any:
@@ -226,10 +226,10 @@ def compare_figure(
 
 def save(fig: Any, path: Path) -> None:
     """Writes the figure to `path` (format from its suffix) atomically, and closes it: a full disk
-    leaves no partial figure behind (`checkpoint.atomic_write_bytes`)."""
+    leaves no partial figure behind (`files.atomic_write_bytes`)."""
     import io
 
-    from mcd_cli import checkpoint
+    from mcd_cli import files
 
     plt = require()
     buffer = io.BytesIO()
@@ -237,4 +237,4 @@ def save(fig: Any, path: Path) -> None:
         fig.savefig(buffer, format=Path(path).suffix.lower().lstrip("."), dpi=120)
     finally:
         plt.close(fig)
-    checkpoint.atomic_write_bytes(Path(path), buffer.getvalue())
+    files.atomic_write_bytes(Path(path), buffer.getvalue())

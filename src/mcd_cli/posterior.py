@@ -54,12 +54,12 @@ HOW = (
 def check_path(path: "str | os.PathLike") -> None:
     """Usage error unless `path` names a .npz or .nc file that can be written (and, for .nc, ArviZ
     is installed): called before any work starts."""
-    from mcd_cli import checkpoint
+    from mcd_cli import files
 
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise UsageError(f"--posterior '{path}': give a file ending in .nc (ArviZ) or .npz (numpy)")
-    checkpoint.ensure_writable(Path(path), "--posterior file")
+    files.ensure_writable(Path(path), "--posterior file")
     if suffix == ".nc":
         require()
 
@@ -114,7 +114,7 @@ def attributes(rec: Mapping[str, Any], draws: Mapping[str, np.ndarray]) -> dict:
 def write(path: "str | os.PathLike", draws: Mapping[str, np.ndarray], rec: Mapping[str, Any]) -> None:
     """Writes `draws` (`{name: (chains, draws, ...)}`) with the record `rec`'s attributes to
     `path`, .npz or .nc by its suffix, atomically. Raises OSError when the file cannot be written."""
-    from mcd_cli import checkpoint
+    from mcd_cli import files
 
     path = Path(path)
     attrs = attributes(rec, draws)
@@ -123,7 +123,7 @@ def write(path: "str | os.PathLike", draws: Mapping[str, np.ndarray], rec: Mappi
         arrays[ATTRS_KEY] = np.array(json.dumps(attrs, allow_nan=False))
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        checkpoint.atomic_write_bytes(path, buffer.getvalue())
+        files.atomic_write_bytes(path, buffer.getvalue())
         return
     arviz = require()
     data = arviz.from_dict(posterior={name: np.asarray(v) for name, v in draws.items()}, attrs=netcdf_attrs(attrs))

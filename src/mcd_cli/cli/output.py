@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from mcd_cli import checkpoint, devices, report
+from mcd_cli import devices, files, report
 from mcd_cli.errors import FileFailed, RunFailed, Unreliable, UsageError, os_advice
 from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
 
@@ -65,7 +65,7 @@ def warn_before(plans: list[RunPlan], values: dict) -> None:
 
 
 def append(values: dict, rec: dict) -> None:
-    """Appends the record to --output: one line, all or nothing (`checkpoint.append_line`).
+    """Appends the record to --output: one line, all or nothing (`files.append_line`).
 
     When the line cannot be written (a full disk, a quota, an I/O error) the file is left as it was,
     the record goes to stdout — or to stderr when stdout carries --json lines — so the result is
@@ -76,7 +76,7 @@ def append(values: dict, rec: dict) -> None:
         return
     line = report.to_json(rec)
     try:
-        cut = checkpoint.append_line(path, line)
+        cut = files.append_line(path, line)
     except OSError as err:
         rescue, where = (sys.stderr, "stderr") if values.get("json") else (sys.stdout, "stdout")
         print(line, file=rescue, flush=True)

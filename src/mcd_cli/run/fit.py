@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import jax
 import numpy as np
 
-from mcd_cli import annealing, checkpoint, devices
+from mcd_cli import annealing, checkpoint, devices, files
 from mcd_cli.config import TrainConfig
 from mcd_cli.errors import Interrupted, os_reason
 from mcd_cli.run.plan import Progress, RunPlan, file_meta, root_key
@@ -58,7 +58,7 @@ def save_interrupted(
     if not devices.is_primary():
         return Path(directory), ""
     try:
-        checkpoint.ensure_directory(directory, "checkpoint directory")
+        files.ensure_directory(directory, "checkpoint directory")
         checkpoint.save_state(
             plan.state_path(repeat, directory), state, {**file_meta(plan), "repeat": repeat}, history=history
         )

@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import amortised, annealing, checkpoint, devices, smc
+from mcd_cli import amortised, annealing, devices, files, smc
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError, os_reason
 from mcd_cli.record import DataRecord, DatumRecord, TargetInfo, finite
@@ -178,7 +178,7 @@ def validate(plan: PerDatumPlan) -> None:
     if plan.resume and plan.checkpoint_dir is None:
         raise UsageError("--resume needs --checkpoint DIR (the directory the run saved to)")
     if plan.checkpoint_dir is not None:
-        checkpoint.ensure_directory(plan.checkpoint_dir, "--checkpoint directory")
+        files.ensure_directory(plan.checkpoint_dir, "--checkpoint directory")
         saved = [p for p in (plan.state_path(), Path(plan.checkpoint_dir) / DATA_LOG) if p.exists()]
         if saved and not plan.resume:
             raise UsageError(
@@ -295,11 +295,11 @@ def _datum(
 
 def _log_datum(path: Path, rec: DatumRecord, tally: Tally) -> None:
     """Appends a datum's record to the data log. The log is insurance, not a failure mode: a line
-    that cannot be written is not in it (`checkpoint.append_line` is all or nothing), the first
+    that cannot be written is not in it (`files.append_line` is all or nothing), the first
     failure is warned about on stderr, every one is counted, and the run goes on (a resume then
     estimates that datum again)."""
     try:
-        checkpoint.append_line(path, json.dumps(rec.as_dict(), allow_nan=False))
+        files.append_line(path, json.dumps(rec.as_dict(), allow_nan=False))
     except OSError as err:
         tally.checkpoint_failures += 1
         if tally.checkpoint_failures == 1:

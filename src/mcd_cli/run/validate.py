@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mcd_cli import checkpoint, devices, objectives
+from mcd_cli import checkpoint, devices, files, objectives
 from mcd_cli.config import ESTIMATION_FIELDS
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry
@@ -93,9 +93,9 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
     if plan.resume and plan.checkpoint_dir is None:
         raise UsageError("--resume needs --checkpoint DIR (the directory the run saved to)")
     if plan.output is not None:
-        checkpoint.ensure_writable(plan.output, "--output file")
+        files.ensure_writable(plan.output, "--output file")
     if plan.save is not None:
-        checkpoint.ensure_writable(plan.save, "--save file")
+        files.ensure_writable(plan.save, "--save file")
     if plan.load is not None:
         saved = plan.saved if plan.saved is not None else read_saved(plan.load, plan.target)
         differences = checkpoint.config_differences(
@@ -108,7 +108,7 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
             )
     if plan.checkpoint_dir is not None:
         plan = sharded_plan(plan)  # a checkpoint records the batch size as run
-        checkpoint.ensure_directory(plan.checkpoint_dir, "--checkpoint directory")
+        files.ensure_directory(plan.checkpoint_dir, "--checkpoint directory")
         for repeat in range(plan.repeats):
             path = plan.state_path(repeat)
             if not path.exists():
