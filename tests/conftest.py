@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,21 @@ def one_line_error(stderr: str) -> str:
     assert "Traceback" not in stderr, stderr
     assert len(lines) == 1, stderr
     return lines[0]
+
+
+def target_error(*args, **kwargs) -> str:
+    """The one-line message of the TargetError that `load_target(*args, **kwargs)` raises."""
+    from mcd_cli.targets import TargetError, load_target
+
+    with pytest.raises(TargetError) as info:
+        load_target(*args, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and message.strip() == message and message, repr(message)
+    return message
+
+
+def write_file(folder: Path, name: str, text: str) -> Path:
+    """Writes the dedented `text` to `folder / name`."""
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path

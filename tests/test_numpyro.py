@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import jax
@@ -23,6 +22,8 @@ from scipy.special import logsumexp
 pytest.importorskip("numpyro")
 
 from conftest import one_line_error, records  # noqa: E402
+from conftest import target_error as error_of  # noqa: E402
+from conftest import write_file as write  # noqa: E402
 from mcd_cli import annealing, stats  # noqa: E402
 from mcd_cli.config import SamplerConfig  # noqa: E402
 from mcd_cli.targets import TargetError, load_target  # noqa: E402
@@ -36,21 +37,6 @@ FLOAT_ATOL = 1e-3
 
 def example(name: str) -> str:
     return str(EXAMPLES / f"{name}.py")
-
-
-def write(folder: Path, name: str, text: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def error_of(*args, **kwargs) -> str:
-    """The one-line message of the TargetError that `load_target(*args, **kwargs)` raises."""
-    with pytest.raises(TargetError) as info:
-        load_target(*args, **kwargs)
-    message = str(info.value)
-    assert "\n" not in message and message.strip() == message and message, repr(message)
-    return message
 
 
 def ais_estimate(target, *, steps: int = 128, num_samples: int = 2048, seed: int = 0) -> stats.Estimate:

@@ -11,7 +11,6 @@ at the command line. Skipped when the `pymc` extra is not installed.
 from __future__ import annotations
 
 import sys
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -25,9 +24,10 @@ from scipy.stats import multivariate_normal
 pytest.importorskip("pymc")
 pytest.importorskip("numpyro")
 
-from conftest import invoke, one_line_error, records  # noqa: E402
+from conftest import invoke, one_line_error, records, write_file  # noqa: E402
+from conftest import target_error as error_of  # noqa: E402
 from mcd_cli.posterior import read_npz  # noqa: E402
-from mcd_cli.targets import TargetError, load_target  # noqa: E402
+from mcd_cli.targets import load_target  # noqa: E402
 from mcd_cli.targets.numpyro_model import is_model_target, prior_initial  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1] / "targets"
@@ -38,19 +38,8 @@ AIS = ["--backward", "ais", "--iterations", "0", "--steps", "128", "--samples", 
 FLOAT_ATOL = 1e-3  # float32 densities; log Ẑ accumulated in float32 over K steps
 
 
-def error_of(*args, **kwargs) -> str:
-    """The one-line message of the TargetError that `load_target(*args, **kwargs)` raises."""
-    with pytest.raises(TargetError) as info:
-        load_target(*args, **kwargs)
-    message = str(info.value)
-    assert "\n" not in message and message.strip() == message and message, repr(message)
-    return message
-
-
 def write(folder: Path, name: str, text: str) -> str:
-    path = folder / name
-    path.write_text(textwrap.dedent(text))
-    return str(path)
+    return str(write_file(folder, name, text))
 
 
 def log_integral_1d(log_density, lo: float = -40.0, hi: float = 40.0, num: int = 200_001) -> float:

@@ -7,28 +7,14 @@ only traces the log density (`jax.eval_shape`), so these tests compile nothing.
 from __future__ import annotations
 
 import re
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mcd_cli.targets import Target, TargetError, load_target
-
-
-def write(folder: Path, name: str, text: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def error_of(*args, **kwargs) -> str:
-    """The one-line message of the TargetError that `load_target(*args)` raises."""
-    with pytest.raises(TargetError) as info:
-        load_target(*args, **kwargs)
-    message = str(info.value)
-    assert "\n" not in message and message.strip() == message and message, repr(message)
-    return message
+from conftest import target_error as error_of
+from conftest import write_file as write
+from mcd_cli.targets import Target, load_target
 
 
 MODULE_LEVEL = """\

@@ -328,21 +328,32 @@ def model_density(
     )
 
 
-def _call_log_z(log_z: Callable, kwargs: Mapping[str, Any], display: str, path: Path) -> Any:
-    """Calls the file's `log_z(...)` with the bound values of the arguments it names."""
+def call_log_z(log_z: Callable, values: Mapping[str, Any], display: str, path: Path, bound: str) -> Any:
+    """Calls the file's `log_z(...)` with the `values` of the names it takes (`bound`: what they are)."""
     named, var_keyword = _keyword_arguments(log_z, f"{display}: log_z")
-    missing = [k for k, p in named.items() if k not in kwargs and p.default is p.empty]
+    missing = [k for k, p in named.items() if k not in values and p.default is p.empty]
     if missing:
         raise TargetError(
-            f"{display}: log_z takes {missing[0]!r}, which is not a bound argument of the model "
-            f"(bound: {', '.join(kwargs) or 'none'})"
+            f"{display}: log_z takes {missing[0]!r}, which is not {bound} "
+            f"(bound: {', '.join(values) or 'none'})"
         )
-    given = kwargs if var_keyword else {k: v for k, v in kwargs.items() if k in named}
+    given = values if var_keyword else {k: v for k, v in values.items() if k in named}
     try:
         return log_z(**given)
     except Exception as err:  # the user's function may raise anything
         named = user_error(err, (display, path))
         raise TargetError(named or f"{where(display, err, [str(path)])}: log_z raised {one_line(err)}") from None
+
+
+def file_fields(module: ModuleType, values: Mapping, data: Optional[Mapping], display: str, path: Path, bound: str):
+    """A model file's `FILE_KEYS`, with a `log_z` function called on `values` by name (so it follows
+    a data file), and a `log_z` number dropped when a data file is given (it holds for the file's data)."""
+    fields = {k: getattr(module, k) for k in FILE_KEYS if hasattr(module, k)}
+    if callable(fields.get("log_z")):
+        fields["log_z"] = call_log_z(fields["log_z"], values, display, path, bound)
+    elif data:
+        fields.pop("log_z", None)
+    return fields
 
 
 def from_module(
@@ -380,11 +391,7 @@ def from_module(
         )
     kwargs = bind_data(fn, vars(module), data, what)
     density = model_density(fn, kwargs, what, model_name=model_name, files=[str(path)])
-    fields = {k: getattr(module, k) for k in FILE_KEYS if hasattr(module, k)}
-    if callable(fields.get("log_z")):
-        fields["log_z"] = _call_log_z(fields["log_z"], kwargs, display, path)
-    elif data:
-        fields.pop("log_z", None)
+    fields = file_fields(module, kwargs, data, display, path, "a bound argument of the model")
     description = fields.get("description")
     if description is None:
         doc = (module.__doc__ or "").strip().splitlines()

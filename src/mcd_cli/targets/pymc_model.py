@@ -41,8 +41,8 @@ import numpy as np
 
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.fields import build_from_file
-from mcd_cli.targets.numpyro_model import FILE_KEYS, _keyword_arguments, describe_value
-from mcd_cli.targets.validate import one_line, user_error, where
+from mcd_cli.targets.numpyro_model import describe_value, file_fields
+from mcd_cli.targets.validate import one_line
 
 DEFAULT_MODEL = "model"
 INSTALL_HINT = "pip install 'mcd-cli[pymc]'"
@@ -288,23 +288,6 @@ def model_density(model: Any, what: str, *, model_name: str = DEFAULT_MODEL) -> 
     )
 
 
-def _log_z(log_z: Callable, values: Mapping[str, Any], display: str, path: Path) -> Any:
-    """Calls the file's `log_z(...)` with the values (pm.Data, then module-level) of the names it takes."""
-    named, var_keyword = _keyword_arguments(log_z, f"{display}: log_z")
-    missing = [k for k, p in named.items() if k not in values and p.default is p.empty]
-    if missing:
-        raise TargetError(
-            f"{display}: log_z takes {missing[0]!r}, which is neither a pm.Data container of the model "
-            "nor a module-level value"
-        )
-    given = values if var_keyword else {k: v for k, v in values.items() if k in named}
-    try:
-        return log_z(**given)
-    except Exception as err:  # the user's function may raise anything
-        named = user_error(err, (display, path))
-        raise TargetError(named or f"{where(display, err, [str(path)])}: log_z raised {one_line(err)}") from None
-
-
 def _observed_data(model: Any, containers: Mapping[str, Any]) -> dict[str, Any]:
     """The observed values that are constants of the graph (not pm.Data), by observed variable."""
     from pytensor.graph.basic import Constant
@@ -352,15 +335,12 @@ def from_module(
         )
     containers = bind_data(model, data, display)
     density = model_density(model, display, model_name=model_name)
-    fields = {k: getattr(module, k) for k in FILE_KEYS if hasattr(module, k)}
-    if callable(fields.get("log_z")):
-        values = {
-            k: v for k, v in vars(module).items()
-            if not k.startswith("_") and isinstance(v, (numbers.Number, np.ndarray, np.generic, list, tuple))
-        }
-        fields["log_z"] = _log_z(fields["log_z"], {**values, **containers}, display, path)
-    elif data:
-        fields.pop("log_z", None)
+    values = {
+        k: v for k, v in vars(module).items()
+        if not k.startswith("_") and isinstance(v, (numbers.Number, np.ndarray, np.generic, list, tuple))
+    }
+    bound = "a pm.Data container of the model or a module-level value"
+    fields = file_fields(module, {**values, **containers}, data, display, path, bound)
     description = fields.get("description")
     if description is None:
         doc = (module.__doc__ or "").strip().splitlines()
