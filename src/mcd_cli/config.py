@@ -13,9 +13,12 @@ MAX_DEFAULT_HIDDEN = 512
 INIT_METHODS = ("auto", "target", "laplace", "vi", "prior")
 STEP_SIZE_RULES = ("pilot", "fixed")
 STOP_RULES = ("plateau", "fixed")
+TRAIN_WITH = ("is", "smc")  # how training simulates its batch (`TrainConfig.train_with`)
 # Multinomial first, the default: the single-run (genealogy) standard error is only valid with it.
 RESAMPLING = ("multinomial", "systematic", "stratified")
 REFINE_EVERY = ("resample", "step")
+# How the refinement's step size and preconditioner are chosen (`SamplerConfig.refine_tuning`).
+REFINE_TUNING = ("particles", "pilot")
 # The annealing schedules β a run can take: `learn_schedule` (learned) or `adaptive`, else linear.
 SCHEDULES = ("linear", "learned", "adaptive")
 COVARIANCES = ("diag", "full")  # of a Laplace initial distribution (`init_cov`)
@@ -23,7 +26,7 @@ COVARIANCES = ("diag", "full")  # of a Laplace initial distribution (`init_cov`)
 # with them (`--load`, `--resume`).
 ESTIMATION_FIELDS = (
     "resample", "resampling", "refine", "refine_steps", "leapfrog", "refine_every", "adaptive",
-    "target_ess", "max_steps",
+    "target_ess", "max_steps", "refine_tuning",
 )
 
 
@@ -84,6 +87,12 @@ class SamplerConfig:
         refine_steps: moves per refinement.
         leapfrog: leapfrog steps per HMC move.
         refine_every: "resample" (refine after each resampling) or "step" (after every step).
+        refine_tuning: how the refinement's step size and preconditioner are chosen on a fixed
+            schedule: "pilot" (adapted on a pilot population with its own key, then frozen for the
+            estimating populations: Ẑ exactly unbiased; `run.estimate.tuned_refinement`) or
+            "particles" (adapted from each population's own particles as it runs: a bias in Ẑ).
+            Adaptive tempering adapts from the particles whatever this says (its β is chosen from
+            them too).
         adaptive: adaptive tempering: β chosen from the particles, the refinement moves replace
             the forward kernels (needs `refine`).
         target_ess: adaptive tempering: the conditional ESS/N each step's β aims at.
@@ -119,6 +128,7 @@ class SamplerConfig:
     # its start or its mirror image) left adaptive SMC on gauss_narrow at d = 200 13-19 nats high.
     leapfrog: int = 3
     refine_every: str = "resample"
+    refine_tuning: str = "pilot"
     adaptive: bool = False
     target_ess: float = 0.5
     max_steps: int = 1000
@@ -159,6 +169,8 @@ class SamplerConfig:
             raise ValueError(f"refine must be one of none, {', '.join(registry.REFINE)}, got {self.refine!r}")
         if self.refine_every not in REFINE_EVERY:
             raise ValueError(f"refine_every must be one of {', '.join(REFINE_EVERY)}, got {self.refine_every!r}")
+        if self.refine_tuning not in REFINE_TUNING:
+            raise ValueError(f"refine_tuning must be one of {', '.join(REFINE_TUNING)}, got {self.refine_tuning!r}")
         if not 0.0 < self.target_ess < 1.0:
             raise ValueError(f"target_ess must lie in (0, 1), got {self.target_ess}")
         if self.adaptive and self.refine == "none":
@@ -212,6 +224,10 @@ class TrainConfig:
         batch_backward: score a learned backward kernel's K transitions in one batched call after
             the forward scan (False: inside the scan, step by step; the same values and gradients,
             slower on an accelerator; `annealing.log_weight`).
+        train_with: how the batch is simulated in training: "is", independent particles (the
+            paper's importance sampler), or "smc", one population resampled when its ESS/N falls
+            below the sampler's `resample`, the objective summed over the segments between
+            resamplings (`smc.segments`; needs `resample > 0`).
     """
 
     iterations: int = 1000
@@ -226,8 +242,11 @@ class TrainConfig:
     max_recoveries: int = 5
     snapshot_every: int = 50
     batch_backward: bool = True
+    train_with: str = "is"
 
     def __post_init__(self):
+        if self.train_with not in TRAIN_WITH:
+            raise ValueError(f"train_with must be one of {', '.join(TRAIN_WITH)}, got {self.train_with!r}")
         if int(self.iterations) < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
         from mcd_cli.objectives import OBJECTIVES

@@ -34,10 +34,11 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
-from mcd_cli import annealing, objectives
+from mcd_cli import annealing, objectives, resampling
 from mcd_cli.kernels import registry
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed
+from mcd_cli.smc import segments
 from mcd_cli.targets.base import Target
 
 
@@ -107,6 +108,7 @@ def batch_loss(
     objective: objectives.Objective,
     sharding: Optional[NamedSharding] = None,
     batch_backward: bool = True,
+    train_with: str = "is",
 ) -> tuple[jax.Array, jax.Array]:
     """The objective of one batch of log weights, and the batch's log weights.
 
@@ -114,14 +116,52 @@ def batch_loss(
     parameters stay replicated and XLA inserts the reduction of the batch mean. With
     `batch_backward` a learned backward kernel scores the K transitions in one call
     (`annealing.log_weight`).
+
+    `train_with="smc"`: the batch runs as one SMC population, resampled when its ESS/N falls below
+    `sconf.resample`, and the objective is summed over the segments between resamplings
+    (`smc.segments`); the second value is then each slot's sum of segment log weights, whose mean
+    is the segments' ELBO.
     """
     objective = objectives.as_objective(objective)
+    if train_with == "smc":
+        return smc_batch_loss(params, key, target, sconf, batch_size, objective, sharding)
     trainable = registry.estimator(sconf.sampler, sconf.backward).backward.trainable
     log_w = annealing.log_weights(
         key, params, target, sconf, batch_size, detach=objective.detach, sharding=sharding,
         batch_backward=batch_backward and trainable,
     )
     return objective(log_w), log_w
+
+
+def smc_batch_loss(
+    params: Any,
+    key: jax.Array,
+    target: Target,
+    sconf: SamplerConfig,
+    batch_size: int,
+    objective: objectives.Objective,
+    sharding: Optional[NamedSharding] = None,
+) -> tuple[jax.Array, jax.Array]:
+    """`batch_loss` with SMC in the loop (`smc.segments.segment_log_weights`): the summed segment
+    losses, and each slot's sum of segment log weights."""
+    est = registry.estimator(sconf.sampler, sconf.backward)
+    if objective.detach and not est.forward.detachable:
+        raise ValueError(
+            f"the {est.forward.label} forward kernel has no density at fixed points, so its trajectories "
+            "cannot be held fixed; train it with the ELBO"
+        )
+    path = annealing.annealed_path(params.path, target, sconf)
+    resolved = est.forward.prepare(params.forward, target.dim)
+
+    def scan(step, carry, xs):
+        return annealing.scan_steps(step, carry, xs, sconf.steps, sconf.remat, sconf.unroll)
+
+    loss, elbo, _ = segments.segment_log_weights(
+        key, est.forward, est.backward, resampling.scheme(sconf.resampling), path, resolved, params.backward,
+        jax.value_and_grad(target.log_density), batch_size, sconf.resample, objective, objective.detach, scan,
+        sharding,
+    )
+    return loss, elbo
 
 
 def init_train_state(
@@ -173,7 +213,9 @@ def _update_fn(
     objective = objectives.as_objective(objective or tconf.objective)
 
     def loss(params, key):
-        return batch_loss(params, key, target, sconf, tconf.batch_size, objective, sharding, tconf.batch_backward)
+        return batch_loss(
+            params, key, target, sconf, tconf.batch_size, objective, sharding, tconf.batch_backward, tconf.train_with
+        )
 
     return guarded_update(loss, tconf)
 

@@ -25,8 +25,8 @@ from typing import Annotated, Any, Callable, Collection, Iterable, Optional, Typ
 import typer
 
 from mcd_cli.config import (
-    COVARIANCES, INIT_METHODS, MAX_DEFAULT_HIDDEN, PRESETS, REFINE_EVERY, RESAMPLING, SCHEDULES, SamplerConfig,
-    TrainConfig, hidden_for,
+    COVARIANCES, INIT_METHODS, MAX_DEFAULT_HIDDEN, PRESETS, REFINE_EVERY, REFINE_TUNING, RESAMPLING, SCHEDULES,
+    TRAIN_WITH, SamplerConfig, TrainConfig, hidden_for,
 )
 from mcd_cli.kernels import registry
 from mcd_cli.objectives import OBJECTIVES
@@ -78,11 +78,13 @@ Sampler = choices("Sampler", registry.FORWARD)
 Backward = choices("Backward", registry.BACKWARD)
 Refine = choices("Refine", ("none", *registry.REFINE))
 Loss = choices("Loss", OBJECTIVES)
+TrainWith = choices("TrainWith", TRAIN_WITH)
 InitMethod = choices("InitMethod", INIT_METHODS)
 InitCov = choices("InitCov", COVARIANCES)
 Schedule = choices("Schedule", SCHEDULES)
 Resampling = choices("Resampling", RESAMPLING)
 RefineEvery = choices("RefineEvery", REFINE_EVERY)
+RefineTuning = choices("RefineTuning", REFINE_TUNING)
 
 _PAPER = PRESETS["paper"]
 _SMALLEST_HIDDEN = hidden_for(1)
@@ -177,6 +179,12 @@ OPTIONS: dict[str, Any] = {
         help="Training objective: elbo (backpropagates through the trajectories) or logvar (variance of the log "
         f"weights on fixed trajectories; ULA kernels only). (default: {_T.objective})",
     ),
+    "train_with": option(
+        TrainWith, "--train-with", panel=TRAINING,
+        help="How training simulates its batch: is (independent particles, the paper's importance sampler) or smc "
+        "(one population resampled when its ESS/N falls below --resample, the loss summed over the segments between "
+        f"resamplings, no gradient through a resampling; needs --resample > 0). (default: {_T.train_with})",
+    ),
     "batch_size": option(
         str, "--batch-size", "-b", panel=TRAINING,
         help=f"Particles per training step, or auto: {auto_batch_size('cpu')} on a CPU, {auto_batch_size('gpu')} "
@@ -235,6 +243,13 @@ OPTIONS: dict[str, Any] = {
     "refine_every": option(
         RefineEvery, "--refine-every", panel=SMC,
         help=f"Refine after each resampling, or after every step. (default: {_S.refine_every}; adaptive: every step)",
+    ),
+    "refine_tuning": option(
+        RefineTuning, "--refine-tuning", panel=SMC,
+        help="How the refinement's step size and mass are chosen on a fixed schedule: pilot (adapted on a pilot "
+        "population with its own random numbers, then frozen: the estimate stays unbiased whatever the kernels) or "
+        "particles (adapted from each population's own particles as it runs: cheaper, biased). Adaptive tempering "
+        f"always adapts from the particles. (default: {_S.refine_tuning})",
     ),
     "target_ess": option(
         float, "--target-ess", panel=SMC,
@@ -353,7 +368,7 @@ OPTIONS: dict[str, Any] = {
 # --seed) do not. Their help says so.
 METHOD_OPTIONS = (
     "backward", "iterations", "max_iterations", "resample", "refine", "refine_steps", "schedule", "learn_schedule",
-    "target_ess", "load", "stage", "train_stage",
+    "target_ess", "load", "stage", "train_stage", "train_with", "refine_tuning",
 )
 _FIXES = "Giving it fixes the method: no default policy."
 

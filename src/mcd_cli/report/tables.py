@@ -92,6 +92,8 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
             f"{count} × batch {rec['batch_size']}, {rec.get('loss', 'elbo')} loss, lr {rec['lr']:g}, "
             f"{rec['train_seconds']:.1f} s"
         )
+        if (rec.get("config") or {}).get("train_with") == "smc":
+            training += "; SMC in the loop (loss and ELBO summed over the segments between resamplings)"
         if rec["skipped_steps"] or rec["recoveries"]:
             training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
     start = rec.get("init_method") or rec.get("init")

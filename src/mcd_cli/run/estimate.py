@@ -29,10 +29,26 @@ def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
         "refine_steps": s.refine_steps,
         "leapfrog": s.leapfrog,
         "refine_every": "step" if s.adaptive else s.refine_every,
+        "refine_tuning": "particles" if s.adaptive else s.refine_tuning,
         "target_ess": s.target_ess if s.adaptive else None,
         "particles": population,
         "populations": populations,
     }
+
+
+# fold_in(estimation key, TUNING_STREAM): the key of the population that tunes a frozen refinement
+TUNING_STREAM = 0x7E1E
+
+
+def tuned_refinement(s: SamplerConfig, run_pilot: Callable[[], Any]) -> Optional[Any]:
+    """The frozen refinement of a fixed schedule with `refine_tuning="pilot"`: the per-step
+    parameters (`SMCOutput.tuning`) of one pilot population, adapted from its own particles, run by
+    `run_pilot` with a key no estimating population shares; None (each population adapts from its
+    own particles) otherwise. The estimating populations then move with kernels fixed before they
+    draw a random number, so their Ẑ is exactly unbiased (docs/method.md, "Refinement")."""
+    if s.adaptive or s.refine == "none" or s.refine_tuning != "pilot":
+        return None
+    return run_pilot().tuning
 
 
 def estimate_smc(
@@ -59,6 +75,7 @@ def estimate_smc(
     if sharding is not None and sharding.mesh.devices.size == 1:
         sharding = None  # one device: the unconstrained program, bit for bit the same
     compiled = compiled_smc(target, s, population, True, sharding)
+    frozen = tuned_refinement(s, lambda: compiled(params, jax.random.fold_in(key, TUNING_STREAM)))
 
     def importance() -> np.ndarray:
         return annealing.sample_log_weights(
@@ -66,7 +83,7 @@ def estimate_smc(
         )
 
     def run_population(j: int) -> Any:
-        out = compiled(params, jax.random.fold_in(key, j))
+        out = compiled(params, jax.random.fold_in(key, j), frozen)
         if keep is not None:
             keep.append(jax.device_get((out.particles, out.log_w)))
         return out

@@ -63,7 +63,7 @@ from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError, os_reason
 from mcd_cli.record import DataRecord, DatumRecord, TargetInfo, finite
 from mcd_cli.run.defaults import DEFAULT_CHUNK, PILOT_POPULATIONS, population_size
-from mcd_cli.run.estimate import estimate_populations
+from mcd_cli.run.estimate import TUNING_STREAM, estimate_populations, tuned_refinement
 from mcd_cli.run.fit import Checkpoints, saved_on_interrupt, trained_config
 from mcd_cli.run.plan import STAGE_STREAM, NoProgress, Progress, device_name
 from mcd_cli.run.policy import Effort, Policy, StageProgress, escalate, final_samples, first_effort
@@ -209,9 +209,10 @@ def datum_population(target: ConditionalTarget, sconf: SamplerConfig, num: int, 
     features. One compilation serves every datum."""
 
     @jax.jit
-    def population(params, key, x):
+    def population(params, key, x, frozen=None):
         one, ctx = annealing.datum(target, sconf, x)
-        return smc.replicate(run_smc(key, params, one, sconf, num, context=ctx, sharding=sharding), sharding)
+        out = run_smc(key, params, one, sconf, num, context=ctx, sharding=sharding, frozen=frozen)
+        return smc.replicate(out, sharding)
 
     return population
 
@@ -243,8 +244,9 @@ def _estimate_datum(plan: PerDatumPlan, params, key: jax.Array, x: np.ndarray, s
     count = 1 if sharding is None else sharding.mesh.devices.size
     population = datum_population(plan.target, s, devices.round_up(plan.population, count), sharding)
     xj = jnp.asarray(x)
+    frozen = tuned_refinement(s, lambda: population(params, jax.random.fold_in(key, TUNING_STREAM), xj))
     est, diagnostics = estimate_populations(
-        s, plan.population, plan.num_samples, lambda j: population(params, jax.random.fold_in(key, j), xj),
+        s, plan.population, plan.num_samples, lambda j: population(params, jax.random.fold_in(key, j), xj, frozen),
         None if s.adaptive else importance, lambda done, total: None,
     )
     return dataclasses.replace(est, seconds=time.perf_counter() - t0), diagnostics

@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import jax
 from jax.sharding import NamedSharding
@@ -54,23 +54,27 @@ def stationarity_moves(sconf: SamplerConfig) -> int:
 def run_smc(
     key: jax.Array, params: annealing.SamplerParams, target: Target, sconf: SamplerConfig, num: int,
     adapt: bool = True, context: Optional[jax.Array] = None, sharding: Optional[NamedSharding] = None,
+    frozen: Optional[Any] = None,
 ) -> smc.SMCOutput:
     """One SMC run of `num` particles of the configured sampler: `smc.run` with the configuration's
     kernels, settings and annealed path (the other arguments as there)."""
     kernels, settings = smc_kernels(sconf)
     path = annealing.annealed_path(params.path, target, sconf)
-    return smc.run(key, params, path, target, num, kernels, settings, adapt, context, sharding)
+    return smc.run(key, params, path, target, num, kernels, settings, adapt, context, sharding, frozen)
 
 
 @functools.lru_cache(maxsize=16)
 def compiled(
     target: Target, sconf: SamplerConfig, num: int, adapt: bool = True, sharding: Optional[NamedSharding] = None
 ) -> Callable:
-    """`run_smc` compiled for one target, configuration and population size: `(params, key) -> SMCOutput`.
+    """`run_smc` compiled for one target, configuration and population size: `(params, key[, frozen])
+    -> SMCOutput`, `frozen` the refinement's parameters per step of a fixed schedule (`smc.run_fixed`).
 
     With `sharding` (`num` a multiple of its device count) the population is split over its mesh
     and the output is replicated, so every process holds it.
     """
-    return jax.jit(
-        lambda params, key: smc.replicate(run_smc(key, params, target, sconf, num, adapt, sharding=sharding), sharding)
-    )
+
+    def one(params, key, frozen=None):
+        return smc.replicate(run_smc(key, params, target, sconf, num, adapt, sharding=sharding, frozen=frozen), sharding)
+
+    return jax.jit(one)

@@ -81,6 +81,17 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
             f"--loss {plan.tconf.objective} holds the trajectories fixed, which needs a forward kernel with a "
             f"density at fixed points; {forward.label}'s leapfrog move has none: use --sampler ula or --loss elbo"
         )
+    if plan.tconf.train_with == "smc" and plan.tconf.iterations > 0:
+        if plan.sconf.adaptive:
+            raise UsageError(
+                "--train-with smc trains kernels on the fixed schedule, and --schedule adaptive uses none; "
+                "use --schedule linear (or learned), or drop --train-with"
+            )
+        if not plan.sconf.resample > 0:
+            raise UsageError(
+                "--train-with smc resamples the training batch when its ESS/N falls below --resample, which is 0; "
+                "give --resample 0.5 (the SMC estimator), or use --train-with is"
+            )
     if plan.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
     if plan.save is not None and plan.repeats > 1:

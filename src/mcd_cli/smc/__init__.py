@@ -18,7 +18,10 @@ Modules:
         adapted from the particles.
     diagnostics: how much the moves moved the particles, and the stationarity test.
     sharding: one population over several devices, with global resampling.
-    loop: `lax.scan` over a fixed schedule, `lax.while_loop` when adaptive; `run`.
+    loop: `lax.scan` over a fixed schedule, `lax.while_loop` when adaptive; `run`. A fixed
+        schedule's refinement may be frozen at given per-step parameters (`run_fixed(frozen=)`).
+    segments: training with SMC in the loop: a batch run as one population, its loss summed over
+        the segments between resamplings, no gradient through a resampling.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -38,7 +41,7 @@ Example:
     ((64,), (8,))
 """
 
-from mcd_cli.smc import adaptation, diagnostics, loop, sharding, state, step, tempering
+from mcd_cli.smc import adaptation, diagnostics, loop, segments, sharding, state, step, tempering
 from mcd_cli.smc.adaptation import ADAPT_RATE, MIN_VARIANCE, build_refine, initial_refine_params, refine_population
 from mcd_cli.smc.diagnostics import (
     STATIONARITY_MOVES, STATIONARITY_TEMPERATURES, move_correlation, stationarity, stationarity_moves,

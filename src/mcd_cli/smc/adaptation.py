@@ -39,6 +39,14 @@ def initial_refine_params(kernel: Optional[RefineKernel], dim: int, dtype) -> Re
     return RefineParams(jnp.asarray(dim ** (-power), dtype), jnp.ones((dim,), dtype))
 
 
+def weighted_variance(pop: Population) -> jax.Array:
+    """The particles' weighted variance per coordinate (at least `MIN_VARIANCE`): the preconditioner."""
+    x = pop.states.position
+    w = normalised(pop.log_w)[:, None]
+    mean = jnp.sum(w * x, axis=0)
+    return jnp.maximum(jnp.sum(w * (x - mean) ** 2, axis=0), MIN_VARIANCE)
+
+
 def refine_population(
     pop: Population,
     key: jax.Array,
@@ -58,11 +66,7 @@ def refine_population(
     """
     params = pop.refine
     if adapt:
-        x = pop.states.position
-        w = normalised(pop.log_w)[:, None]
-        mean = jnp.sum(w * x, axis=0)
-        var = jnp.sum(w * (x - mean) ** 2, axis=0)
-        params = params._replace(inv_mass=jnp.maximum(var, MIN_VARIANCE))
+        params = params._replace(inv_mass=weighted_variance(pop))
 
     def one_move(states, move_key):
         keys = shard(jax.random.split(move_key, pop.log_w.shape[0]), sharding)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
-from mcd_cli.kernels.base import AnnealedPath, RefineKernel
+from mcd_cli.kernels.base import AnnealedPath, RefineKernel, RefineParams
 from mcd_cli.smc import adaptation, step, tempering
 from mcd_cli.smc.diagnostics import stationarity
 from mcd_cli.smc.sharding import replicate, shard
@@ -60,6 +60,7 @@ def run(
     adapt: bool = True,
     context: Optional[jax.Array] = None,
     sharding: Optional[NamedSharding] = None,
+    frozen: Optional[RefineParams] = None,
 ) -> SMCOutput:
     """One SMC run of `num` particles on a fixed schedule, or adaptive (`settings.adaptive`).
 
@@ -79,16 +80,23 @@ def run(
             backward kernel with every transition; None for an unconditional sampler.
         sharding: the particle axis split over a mesh of devices (`devices.Layout.particles`; `num`
             a multiple of its device count), with global resampling; None: no constraint.
+        frozen: a fixed schedule's refinement parameters per step, used as they are (`run_fixed`).
     """
     if settings.adaptive:
         return run_adaptive(key, path, target, num, kernels, settings, adapt, sharding)
-    return run_fixed(key, params, path, target, num, kernels, settings, adapt, context, sharding)
+    return run_fixed(key, params, path, target, num, kernels, settings, adapt, context, sharding, frozen)
 
 
 def run_fixed(
-    key, params, path, target, num, kernels: Kernels, settings: Settings, adapt, context=None, sharding=None
+    key, params, path, target, num, kernels: Kernels, settings: Settings, adapt, context=None, sharding=None,
+    frozen: Optional[RefineParams] = None,
 ) -> SMCOutput:
-    """`run` on the fixed schedule of `path`: K steps of `step.build_kernel` under `lax.scan`."""
+    """`run` on the fixed schedule of `path`: K steps of `step.build_kernel` under `lax.scan`.
+
+    `frozen` (a `RefineParams` stacked over the K steps, e.g. an earlier run's `SMCOutput.tuning`):
+    the refinement at step k uses `frozen[k − 1]` and adapts nothing (`adapt` is ignored), so its
+    kernels are fixed before the run draws a random number and Ẑ is exactly unbiased.
+    """
     forward = kernels.forward
     resolved = forward.prepare(params.forward, target.dim)
     evaluate = jax.value_and_grad(target.log_density)
@@ -97,6 +105,7 @@ def run_fixed(
     pop = initial_population(key_init, path, evaluate, num, init_state, kernels.refine, target.dim, sharding)
     refine = None
     if kernels.refine is not None:
+        adapt = adapt and frozen is None
         refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt, sharding)
     one_step = step.build_kernel(
         forward, kernels.backward, refine, kernels.resample, path, resolved, params.backward, evaluate,
@@ -108,16 +117,29 @@ def run_fixed(
         path.step_sizes,
         path.betas[:-1],
         path.betas[1:],
+        frozen if frozen is not None else jnp.zeros((steps,)),
         jax.random.split(key_steps, steps),
     )
-    pop, trace = jax.lax.scan(lambda p, xs: one_step(xs[-1], p, *xs[:-1]), pop, inputs)
+
+    def scanned(pop, xs):
+        k, delta, beta_prev, beta, fixed, step_key = xs
+        if frozen is not None:
+            pop = pop._replace(refine=fixed)
+        # what an adapting refinement at step k would set the preconditioner to: the particles'
+        # weighted variance after the step's reweighting (before its resampling, the same in law)
+        pop, info = one_step(step_key, pop, k, delta, beta_prev, beta)
+        return pop, (info, pop.refine._replace(inv_mass=adaptation.weighted_variance(pop)))
+
+    pop, (trace, tuning) = jax.lax.scan(scanned, pop, inputs)
+    if kernels.refine is None:
+        tuning = None
     drift = None
     if kernels.refine is not None:
         drift = stationarity(
             pop, jax.random.fold_in(key_steps, steps + 1), kernels.refine, path, evaluate, settings, sharding
         )
     steps = jnp.asarray(steps, jnp.int32)
-    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, tuning)
 
 
 def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, adapt, sharding=None) -> SMCOutput:

@@ -114,6 +114,11 @@ class SMCOutput(NamedTuple):
     # the final particles' positions in the sampler's space, (N, d): with `log_w` they are the
     # population's weighted draws from the target (`run.draws` makes posterior draws of them)
     particles: Any = None
+    # fixed schedule: the refinement's parameters as this run's adaptation had them at each step, a
+    # `RefineParams` stacked over the K steps (the step size in effect, and the particles' weighted
+    # variance after the step's reweighting as the preconditioner): what a later run freezes
+    # (`loop.run_fixed(frozen=...)`); None when adaptive or without refinement
+    tuning: Any = None
 
 
 def normalised(log_w: jax.Array) -> jax.Array:
