@@ -5,7 +5,7 @@ depend on the machine, the time or the path, with the golden record: floats to 1
 deterministic; different random numbers would move log Ẑ by a standard error, orders of magnitude
 more), everything else exactly. `reason_codes` (the redesign) and `policy` (the default policy) are
 new and not in the golden files, nor are the config's `train_with` (its default, "is", is the old
-training) and `refine_tuning`; the cases smc_ula_mcd and smc_uha_mcd were re-made
+training), `refine_tuning` and `schedule_start`; the cases smc_ula_mcd and smc_uha_mcd were re-made
 when a fixed schedule's refinement came to be tuned on a pilot and frozen (`--refine-tuning pilot`).
 """
 
@@ -21,7 +21,9 @@ from golden_cases import comparable, run_case
 
 GOLDEN = Path(__file__).parent / "golden" / "records.jsonl"
 CASES = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
-NEW_FIELDS = {"reason_codes", "policy", "checkpoint_failures", "pareto_k_populations", "train_with", "refine_tuning"}
+NEW_FIELDS = {
+    "reason_codes", "policy", "checkpoint_failures", "pareto_k_populations", "train_with", "refine_tuning", "schedule_start",
+}
 
 
 def assert_same(new, old, where="record"):

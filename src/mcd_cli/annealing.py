@@ -54,13 +54,16 @@ class SamplerParams(NamedTuple):
 
 
 def init_params(
-    key: jax.Array, target: Target, config: SamplerConfig, step_sizes: Optional[np.ndarray] = None
+    key: jax.Array, target: Target, config: SamplerConfig, step_sizes: Optional[np.ndarray] = None,
+    betas: Optional[np.ndarray] = None,
 ) -> SamplerParams:
     """Initial parameters of the configured estimator (MCD starts equal to AIS).
 
     The key is split into (path, forward, backward) keys, whatever the kernels. `step_sizes`
     (shape `(K,)`, e.g. from `pilot.pilot_step_sizes`) sets the initial δ_k per step;
-    default: `config.init_step_size` at every step.
+    default: `config.init_step_size` at every step. `betas` (shape `(K + 1,)`, with
+    `config.learn_schedule`) starts the learned schedule there (`schedules.schedule_from_betas`;
+    `run.start`'s tempered start); default: linear.
     """
     est = registry.estimator(config.sampler, config.backward)
     k_path, k_forward, k_backward = jax.random.split(key, 3)
@@ -74,7 +77,11 @@ def init_params(
         step_size = schedules.init_step_size(k_path, config.init_step_size, config.max_step_size)
     path = PathParams(
         step_size=step_size,
-        schedule=schedules.init_schedule(config.steps) if config.learn_schedule else None,
+        schedule=(
+            None if not config.learn_schedule
+            else schedules.init_schedule(config.steps) if betas is None
+            else schedules.schedule_from_betas(betas)
+        ),
     )
     in_dim = est.forward.score_input_dim(target.dim)
     return SamplerParams(

@@ -20,7 +20,10 @@ REFINE_EVERY = ("resample", "step")
 # How the refinement's step size and preconditioner are chosen (`SamplerConfig.refine_tuning`).
 REFINE_TUNING = ("particles", "pilot")
 # The annealing schedules β a run can take: `learn_schedule` (learned) or `adaptive`, else linear.
-SCHEDULES = ("linear", "learned", "adaptive")
+SCHEDULES = ("linear", "learned", "tempered", "adaptive")
+# Where a learned schedule starts (`SamplerConfig.schedule_start`): linear, or where a pilot run of
+# adaptive tempered SMC put its temperatures (`run.start`).
+SCHEDULE_STARTS = ("linear", "tempered")
 COVARIANCES = ("diag", "full")  # of a Laplace initial distribution (`init_cov`)
 # Settings of the estimation only (SMC): a sampler trained or saved without them may be estimated
 # with them (`--load`, `--resume`).
@@ -56,6 +59,8 @@ class SamplerConfig:
         time_dim: width d_t of the step-index embedding (MCD only).
         blocks: residual blocks of the score network (MCD only).
         learn_schedule: learn the annealing schedule β (else linear β_k = k/K).
+        schedule_start: where a learned schedule starts: "linear", or "tempered" (where a pilot run
+            of adaptive tempered SMC put its temperatures, interpolated to the K steps; `run.start`).
         learn_mass: learn the diagonal mass matrix (UHA only).
         step_size: how the step sizes δ_k start: "pilot" (per step, from the curvature along the
             path measured by a short pilot run: `pilot.pilot_step_sizes`) or "fixed"
@@ -106,6 +111,7 @@ class SamplerConfig:
     time_dim: int = 16
     blocks: int = 3
     learn_schedule: bool = False
+    schedule_start: str = "linear"
     learn_mass: bool = True
     step_size: str = "fixed"
     init_step_size: float = 0.05
@@ -178,6 +184,10 @@ class SamplerConfig:
                 "refine must be mala or hmc with the adaptive schedule (its moves are the refinement "
                 "kernel's); add --refine hmc"
             )
+        if self.schedule_start not in SCHEDULE_STARTS:
+            raise ValueError(f"schedule_start must be one of {', '.join(SCHEDULE_STARTS)}, got {self.schedule_start!r}")
+        if self.schedule_start == "tempered" and not self.learn_schedule:
+            raise ValueError("a tempered schedule start needs a learned schedule (learn_schedule)")
         if self.adaptive and self.learn_schedule:
             raise ValueError("learn_schedule and the adaptive schedule exclude each other; choose one --schedule")
 
@@ -188,8 +198,12 @@ class SamplerConfig:
 
     @property
     def schedule(self) -> str:
-        """`linear`, `learned` or `adaptive` (the `--schedule` value)."""
-        return "adaptive" if self.adaptive else ("learned" if self.learn_schedule else "linear")
+        """`linear`, `learned`, `tempered` or `adaptive` (the `--schedule` value)."""
+        if self.adaptive:
+            return "adaptive"
+        if self.learn_schedule:
+            return "tempered" if self.schedule_start == "tempered" else "learned"
+        return "linear"
     @property
     def label(self) -> str:
         """The estimator's name: the paper's ULA, UHA, ULA-MCD or UHA-MCD; `+SMC` when its kernels

@@ -83,6 +83,25 @@ def init_schedule(steps: int) -> dict:
     return {"b": jnp.zeros((steps,))}
 
 
+def schedule_from_betas(betas) -> dict:
+    """Schedule parameters whose `betas` are the given `β_0 = 0 < β_1 < … < β_K = 1` (e.g. where an
+    adaptive tempered SMC run put its temperatures): `σ(b_k) = Δβ_k / (2 max Δβ)`, so each increment
+    is at most 1/2 of its bound and the sizes can still grow.
+
+    Example:
+        >>> [round(float(b), 4) for b in betas(schedule_from_betas([0.0, 0.1, 0.4, 1.0]), 3)]
+        [0.0, 0.1, 0.4, 1.0]
+    """
+    import numpy as np
+
+    b = np.asarray(betas, dtype=np.float64)
+    increments = np.diff(b)
+    if b.ndim != 1 or b.size < 2 or b[0] != 0.0 or abs(b[-1] - 1.0) > 1e-6 or np.any(increments <= 0):
+        raise ValueError("a schedule is increasing from β_0 = 0 to β_K = 1")
+    p = np.clip(increments / (2.0 * increments.max()), 1e-6, 0.5)
+    return {"b": jnp.asarray(np.log(p) - np.log1p(-p), dtype=jnp.result_type(float))}
+
+
 def betas(params: dict | None, steps: int) -> jax.Array:
     """Annealing schedule `β_0 = 0 < β_1 < … < β_K = 1`, shape `(K + 1,)`.
 

@@ -170,11 +170,13 @@ def init_train_state(
     sconf: SamplerConfig,
     tconf: TrainConfig,
     step_sizes: Optional[np.ndarray] = None,
+    betas: Optional[np.ndarray] = None,
 ) -> TrainState:
     """Initial parameters (MCD warm-started to AIS) and optimiser state.
 
     `step_sizes`: per-step initial sizes δ_1 … δ_K (e.g. from `pilot.pilot_step_sizes`);
-    default: `sconf.init_step_size` at every step.
+    default: `sconf.init_step_size` at every step. `betas`: the learned schedule's start
+    (`annealing.init_params`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -185,7 +187,7 @@ def init_train_state(
         0
     """
     key_params, key_train = jax.random.split(key)
-    params = annealing.init_params(key_params, target, sconf, step_sizes=step_sizes)
+    params = annealing.init_params(key_params, target, sconf, step_sizes=step_sizes, betas=betas)
     opt_state = optimizer(tconf).init(params)
     return TrainState(
         params=params,

@@ -63,11 +63,13 @@ def _schedule(values: dict) -> None:
     if schedule is None:
         return
     learn = values.get("learn_schedule")
-    if schedule in ("linear", "learned"):
-        if learn is not None and learn != (schedule == "learned"):
+    if schedule in ("linear", "learned", "tempered"):
+        if learn is not None and learn != (schedule != "linear"):
             flag = "--learn-schedule" if learn else "--fixed-schedule"
             raise UsageError(f"--schedule {schedule} contradicts {flag}; keep one")
-        values["learn_schedule"] = schedule == "learned"
+        values["learn_schedule"] = schedule != "linear"
+        if schedule == "tempered":
+            values["schedule_start"] = "tempered"
         return
     if learn:
         raise UsageError("--schedule adaptive contradicts --learn-schedule; keep one")

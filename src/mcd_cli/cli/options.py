@@ -140,7 +140,8 @@ OPTIONS: dict[str, Any] = {
     ),
     "schedule": option(
         Schedule, "--schedule", panel=SAMPLER,
-        help="Annealing schedule β: linear (β_k = k/K), learned (trained with the kernels), or adaptive (tempered "
+        help="Annealing schedule β: linear (β_k = k/K), learned (trained with the kernels, from linear), tempered "
+        "(learned, starting where a pilot run of adaptive tempered SMC put its temperatures), or adaptive (tempered "
         "SMC: β chosen from the particles for --target-ess, moves by --refine; needs --refine mala|hmc, refuses "
         f"--steps). --learn-schedule/--fixed-schedule are aliases of learned/linear. (default: {_SCHEDULE})",
     ),

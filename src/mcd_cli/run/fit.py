@@ -142,9 +142,12 @@ def trained_config(plan: RunPlan) -> TrainConfig:
     return dataclasses.replace(plan.tconf, iterations=0) if plan.sconf.adaptive else plan.tconf
 
 
-def fitter(plan: RunPlan, target: Any, step_sizes: Any, sharding: Any = None) -> tuple[Fit, TrainConfig]:
+def fitter(
+    plan: RunPlan, target: Any, step_sizes: Any, sharding: Any = None, betas: Any = None
+) -> tuple[Fit, TrainConfig]:
     """The plan's fit and its training settings as run: the parameters of a --load file (the same for
-    every repeat; the file's iteration count), the initial parameters (adaptive tempering), or training."""
+    every repeat; the file's iteration count), the initial parameters (adaptive tempering), or training
+    (from the start's `step_sizes` and, for a tempered schedule, `betas`)."""
     s, t = plan.sconf, trained_config(plan)
     if plan.load is not None:
         template = annealing.init_params(root_key(plan.seed, plan.model_index), target, s)
@@ -157,7 +160,7 @@ def fitter(plan: RunPlan, target: Any, step_sizes: Any, sharding: Any = None) ->
 
     def train(key: jax.Array, repeat: int, progress: Progress) -> Fitted:
         saver = Checkpoints.of(plan, repeat)
-        state = saver.resume(init_train_state(key, target, s, t, step_sizes=step_sizes), plan.resume)
+        state = saver.resume(init_train_state(key, target, s, t, step_sizes=step_sizes, betas=betas), plan.resume)
         label = "training" if plan.repeats == 1 else f"training {repeat + 1}/{plan.repeats}"
         callback = progress.training(label, total=t.iterations, start=state.iteration)
         first = state.iteration
