@@ -6,7 +6,9 @@ deterministic; different random numbers would move log Ẑ by a standard error, 
 more), everything else exactly. `reason_codes` (the redesign) and `policy` (the default policy) are
 new and not in the golden files, nor are the config's `train_with` (its default, "is", is the old
 training), `refine_tuning` and `schedule_start`; the cases smc_ula_mcd and smc_uha_mcd were re-made
-when a fixed schedule's refinement came to be tuned on a pilot and frozen (`--refine-tuning pilot`).
+when a fixed schedule's refinement came to be tuned on a pilot and frozen (`--refine-tuning pilot`),
+smc_adaptive and perdatum_adaptive when adaptive tempering's HMC moves took the particles' full
+covariance as their preconditioner (`smc.adaptation.dense_factor`).
 """
 
 from __future__ import annotations

@@ -139,23 +139,56 @@ def test_each_family_of_reasons_raises_its_own_part_of_the_effort(codes, changed
 
 
 def test_a_small_population_grows_once_its_moves_are_at_their_cap():
+    """The moves double to their cap, then grow longer (the last rung); only then does the population grow."""
     codes = {"genealogy_collapsed", "not_at_equilibrium"}
     mixing = pol.Effort(pol.POLICY_MAX_MOVES // 2, 0.5, 2048)
     raised, _ = pol.escalate(mixing, codes, _plan())
-    assert (raised.moves, raised.population) == (pol.POLICY_MAX_MOVES, 2048)
+    assert (raised.moves, raised.leapfrog, raised.population) == (pol.POLICY_MAX_MOVES, 3, 2048)
     raised, why = pol.escalate(raised, codes, _plan())
-    assert (raised.moves, raised.population) == (pol.POLICY_MAX_MOVES, 4096) and "larger" in why
+    assert (raised.moves, raised.leapfrog, raised.population) == (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG, 2048)
+    assert "longer moves" in why
+    raised, why = pol.escalate(raised, codes, _plan())
+    assert (raised.moves, raised.leapfrog, raised.population) == (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG, 4096)
+    assert "larger" in why
+
+
+def test_the_effort_carries_the_leapfrog_steps_into_the_run_and_its_description():
+    """The first effort takes the run's --leapfrog; an adaptive effort sets it on the stage's sampler
+    and says it; the long rung costs its gradients in the time prediction."""
+    plan = dataclasses.replace(_plan(), sconf=SamplerConfig(leapfrog=5))
+    first = pol.first_effort(plan)
+    assert first.leapfrog == 5 and pol.first_effort(_plan()).leapfrog == SamplerConfig().leapfrog
+    long = pol.Effort(15, 0.5, 2048, leapfrog=15)
+    sconf, _ = long.configs(SamplerConfig(), TrainConfig())
+    assert (sconf.refine_steps, sconf.leapfrog) == (15, 15)
+    assert long.describe() == "adaptive SMC, 15 moves of 15 leapfrog steps, ESS 0.5, populations of 2048"
+    assert long.gradients() == 225 and dataclasses.replace(long, trained=True).gradients() == 1
+    # Moves already long (--leapfrog at least POLICY_LEAPFROG) are the last rung: trained kernels next.
+    raised, why = pol.escalate(long, {"moves_barely_move"}, _plan())
+    assert raised.trained and "trained kernels" in why
+
+
+def test_a_time_limit_counts_the_gradients_of_longer_moves():
+    """A pilot of 30 moves of 3 steps took 10 s; the long rung (15 of 15: 2.5 times the gradients)
+    would take 25 s, which 20 s left cannot hold: the run stops before it."""
+    clock = _Clock()
+    bad = ("warn", 0.05, ("moves_barely_move",))
+    execute_stage, calls = _script(bad, bad, bad, clock=clock, seconds=10.0)
+    # (the stand-in takes 10 s per 8192 particles whatever the effort: 40 s hold the first two pilots)
+    rec = pol.run_policy(_plan(time_limit=40.0), run.NoProgress(), execute_stage, clock=clock)
+    assert [(c.sconf.refine_steps, c.sconf.leapfrog) for c in calls] == [(15, 3), (30, 3)]
+    assert rec.policy["stopped"] == "time_limit"
 
 
 def _barely(correlation: float) -> _Record:
     return _Record(0.0, 0.05, "warn", _Combined((Reason("moves_barely_move", {"correlation": correlation}),)))
 
 
-@pytest.mark.parametrize("second, then", [(0.45, "trained"), (0.2, "more moves")])
+@pytest.mark.parametrize("second, then", [(0.45, "trained"), (0.2, "longer moves")])
 def test_moves_that_stop_mixing_better_go_to_trained_kernels(second, then):
     """Doubling the moves took the correlation from 0.5 to `second`: geometric mixing would give
     0.25 (half of that, in logarithms, 0.35), so 0.45 means the moves are stuck (the next pilot
-    trains) and 0.2 that they mix (more moves)."""
+    trains) and 0.2 that they mix (the moves, at their cap, grow longer: the last rung)."""
     calls, verdicts = [], [_barely(0.5), _barely(second), _Record(0.0, 0.05, "ok", _Combined(()))]
 
     def execute_stage(plan, progress):
@@ -168,7 +201,32 @@ def test_moves_that_stop_mixing_better_go_to_trained_kernels(second, then):
     if then == "trained":
         assert calls[2].sconf.backward == "mcd" and not calls[2].sconf.adaptive
     else:
-        assert calls[2].sconf.adaptive and moves[2] == pol.POLICY_MAX_MOVES
+        assert calls[2].sconf.adaptive and (moves[2], calls[2].sconf.leapfrog) == (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG)
+
+
+@pytest.mark.parametrize("third, stuck", [(0.45, True), (0.1, False)])
+def test_moves_that_twice_as_many_would_leave_barely_moving_grow_longer_at_once(third, stuck):
+    """A first pilot's correlation 0.64: twice the moves would leave 0.64² = 0.41 > 0.3 (the
+    warning), so the next pilot makes them longer (15 of 15 leapfrog steps) instead. Barely moving
+    there too, the next one trains; the decision says whether 5 times the gradients lowered the
+    correlation as mixing would (0.64³ = 0.26: 0.45 is stuck, 0.1 is not)."""
+    ok = _Record(0.0, 0.05, "ok", _Combined(()))
+    calls, verdicts = [], [_barely(0.64), _barely(third), ok, ok]
+
+    def execute_stage(plan, progress):
+        calls.append(plan)
+        return dataclasses.replace(verdicts[len(calls) - 1], plan=plan)
+
+    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    assert [(c.sconf.refine_steps, c.sconf.leapfrog) for c in calls[:2]] == [
+        (pol.POLICY_START["refine_steps"], 3), (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG),
+    ]
+    assert "longer moves (15 of 15 leapfrog steps)" in rec.policy["stages"][0]["decision"]
+    assert rec.policy["stages"][1]["method"] == "adaptive SMC, 15 moves of 15 leapfrog steps, ESS 0.5, populations of 2048"
+    assert calls[2].sconf.backward == "mcd" and not calls[2].sconf.adaptive
+    assert ("more moves stopped helping" in rec.policy["stages"][1]["decision"]) == stuck
+    # 0.5 (0.25 after doubling) doubles the moves, as the test above shows.
+    assert pilots.doubling_too_short(_barely(0.64)) and not pilots.doubling_too_short(_barely(0.5))
 
 
 @pytest.mark.parametrize("z, escalated", [(2.0, True), (1.6, False)])
@@ -232,8 +290,9 @@ def test_an_ok_final_run_at_an_effort_whose_pilot_was_unreliable_is_not_ok(pilot
 
 
 def test_a_margin_never_sends_an_ok_pilot_to_trained_kernels():
-    """An `ok` pilot whose drift stays past the margin raises the moves to their cap; then the
-    final run is made at that effort (an `ok` pilot is no reason to change the method)."""
+    """An `ok` pilot whose drift stays past the margin raises the moves to their cap and makes
+    them longer; then the final run is made at that effort (an `ok` pilot is no reason to change
+    the method)."""
     calls = []
     ok = _Record(0.0, 0.05, "ok", _Combined(()))
 
@@ -243,7 +302,7 @@ def test_a_margin_never_sends_an_ok_pilot_to_trained_kernels():
 
     rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
     assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "pilot", "final"]
-    assert [c.sconf.refine_steps for c in calls] == [15, 30, 60, 60]
+    assert [(c.sconf.refine_steps, c.sconf.leapfrog) for c in calls] == [(15, 3), (30, 3), (15, 15), (15, 15)]
     assert all(c.sconf.adaptive and c.tconf.iterations == 0 for c in calls)
     assert "nothing left to raise in adaptive SMC: final run at this effort" in rec.policy["stages"][2]["decision"]
 

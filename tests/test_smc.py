@@ -175,6 +175,73 @@ def test_metropolis_moves_leave_the_gaussian_invariant(kernel, step_size):
     np.testing.assert_allclose(states.target_grad, grad, rtol=1e-5, atol=1e-5)
 
 
+def test_dense_hmc_moves_leave_a_correlated_gaussian_invariant():
+    """Exact draws of N(0, Σ), correlation 0.95, stay N(0, Σ) after 10 HMC moves preconditioned by
+    the Cholesky factor of 0.8·Σ (mean and covariance within 4 SE); the cached value and gradient
+    follow the position."""
+    num, moves = 4000, 10
+    sigma = np.array([[1.0, 0.95 * 2.0, 0.0], [0.95 * 2.0, 4.0, 0.0], [0.0, 0.0, 0.25]])
+    precision = jnp.asarray(np.linalg.inv(sigma), jnp.float32)
+    evaluate = jax.value_and_grad(lambda x: -0.5 * x @ precision @ x)
+    factor = jnp.asarray(np.linalg.cholesky(0.8 * sigma), jnp.float32)
+    params = RefineParams(jnp.asarray(0.4), factor)
+    path = AnnealedPath(jnp.zeros(1), jnp.array([0.0, 1.0]), jnp.zeros(DIM), jnp.ones(DIM))
+
+    @jax.jit
+    def chain(key):
+        k0, k1 = jax.random.split(key)
+        x = jax.random.normal(k0, (num, DIM)) @ jnp.asarray(np.linalg.cholesky(sigma), jnp.float32).T
+        value, grad = jax.vmap(evaluate)(x)
+
+        def one(states, k):
+            keys = jax.random.split(k, num)
+            states, acc = jax.vmap(lambda kk, s: hmc.step(kk, s, 1.0, path, evaluate, params, 5))(keys, states)
+            return states, jnp.mean(acc)
+
+        return jax.lax.scan(one, ULAState(x, value, grad), jax.random.split(k1, moves))
+
+    states, acc = chain(jax.random.key(4))
+    x = np.asarray(states.position, np.float64)
+    assert 0.5 < float(np.mean(acc)) < 0.999
+    sd = np.sqrt(np.diag(sigma))
+    assert np.all(np.abs(x.mean(0)) < 4 * sd / math.sqrt(num))
+    cov = np.cov(x.T)
+    # sd of a sample covariance entry: sqrt((Σ_ij² + Σ_ii Σ_jj) / n)
+    assert np.all(np.abs(cov - sigma) < 4 * np.sqrt((sigma**2 + np.outer(np.diag(sigma), np.diag(sigma))) / num)), cov
+    value, grad = jax.vmap(evaluate)(states.position)
+    np.testing.assert_allclose(states.log_target, value, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(states.target_grad, grad, rtol=1e-5, atol=1e-4)
+
+
+def test_adaptive_hmc_refinement_uses_the_dense_preconditioner_when_the_population_allows():
+    """`uses_dense`: adaptive schedule, HMC, at least DENSE_PER_DIM particles per dimension; the
+    population keeps the variance as its preconditioner, and the factor is the covariance's."""
+    from mcd_cli.smc import adaptation
+
+    adaptive = smc.Settings(0.5, 2, 3, True, True, 0.5, 10)
+    fixed = adaptive._replace(adaptive=False)
+    key = jax.random.key(6)
+    cov = np.array([[1.0, 0.6, 0.0], [0.6, 2.0, -0.5], [0.0, -0.5, 0.5]])
+    x = jax.random.normal(key, (3000, DIM)) @ jnp.asarray(np.linalg.cholesky(cov), jnp.float32).T
+    value, grad = jax.vmap(jax.value_and_grad(TARGET.log_density))(x)
+    pop = smc.Population(
+        ULAState(x, value, grad), jnp.zeros(3000), jnp.zeros(()), jnp.arange(3000),
+        jnp.zeros((), jnp.int32), RefineParams(jnp.asarray(0.3), jnp.ones(DIM)),
+    )
+    assert adaptation.uses_dense(pop, hmc.KERNEL, adaptive, True)
+    assert not adaptation.uses_dense(pop, hmc.KERNEL, fixed, True)
+    assert not adaptation.uses_dense(pop, hmc.KERNEL, adaptive, False)
+    assert not adaptation.uses_dense(pop, mala.KERNEL, adaptive, True)
+    few = jax.tree.map(lambda a: a[: adaptation.DENSE_PER_DIM * DIM - 1] if a.ndim else a, pop)
+    assert not adaptation.uses_dense(few, hmc.KERNEL, adaptive, True)
+    factor = np.asarray(adaptation.dense_factor(pop), np.float64)
+    np.testing.assert_allclose(factor @ factor.T, np.cov(np.asarray(x, np.float64).T, bias=True), atol=1e-4)
+    assert np.allclose(factor, np.tril(factor))
+    moved, _, _ = smc.refine_population(pop, key, jnp.asarray(1.0), hmc.KERNEL, PATH,
+                                        jax.value_and_grad(TARGET.log_density), adaptive, True)
+    assert moved.refine.inv_mass.shape == (DIM,)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mala", "hmc"])
 def test_step_size_adapts_towards_the_target_acceptance(name):

@@ -7,6 +7,10 @@ drawn independently of the state (a mixture of invariant kernels is invariant): 
 preconditioner a fixed `εL` near a multiple of the Gaussian period 2π would bring every particle
 back to where it started. `L` target gradients per move; the value and gradient at the current
 point are cached in the particle's state. Its incremental importance weight is 1.
+
+A dense preconditioner (`RefineParams.inv_mass` of shape (d, d): the lower Cholesky factor `F` of
+`C = F Fᵀ`, `smc.adaptation.dense_factor`) is the mass `M = C⁻¹`, run in the momentum `q = Fᵀ p ~
+N(0, I)`: `q ← q + ½ε Fᵀ∇log γ_k`, `x ← x + ε F q`, kinetic energy `½|q|²`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ def step(key, state, beta, path: AnnealedPath, evaluate: Evaluate, params: Refin
     key_p, key_u, key_eps = jax.random.split(key, 3)
     x, c = state.position, params.inv_mass
     eps = params.step_size * jax.random.uniform(key_eps, (), x.dtype, 0.5, 1.5)
+    if c.ndim == 2:
+        return _dense_step(key_p, key_u, state, beta, path, evaluate, c, eps, leapfrog)
     p0 = jax.random.normal(key_p, x.shape, x.dtype) / jnp.sqrt(c)
 
     def grad_fn(x_new):
@@ -42,6 +48,33 @@ def step(key, state, beta, path: AnnealedPath, evaluate: Evaluate, params: Refin
         - 0.5 * jnp.sum(c * p_new**2)
         - annealed_log_density(path, beta, x, state.log_target)
         + 0.5 * jnp.sum(c * p0**2)
+    )
+    return accept(key_u, state, log_ratio, x_new, log_target_new, target_grad_new)
+
+
+def _dense_step(key_p, key_u, state, beta, path: AnnealedPath, evaluate: Evaluate, factor, eps, leapfrog: int):
+    """`step` with the dense preconditioner `C = F Fᵀ` (`factor` F, lower triangular), in the
+    whitened momentum `q = Fᵀ p`: the same leapfrog map as the diagonal one's in the coordinates
+    `F⁻¹x`, so volume preserving and reversible."""
+    x = state.position
+    q0 = jax.random.normal(key_p, x.shape, x.dtype)
+
+    def one(carry, _):
+        x, q, grad, _aux = carry
+        q = q + 0.5 * eps * (factor.T @ grad)
+        x = x + eps * (factor @ q)
+        log_target_new, target_grad_new = evaluate(x)
+        grad = path.grad(beta, x, target_grad_new)
+        q = q + 0.5 * eps * (factor.T @ grad)
+        return (x, q, grad, (log_target_new, target_grad_new)), None
+
+    start = (x, q0, path.grad(beta, x, state.target_grad), (state.log_target, state.target_grad))
+    (x_new, q_new, _, (log_target_new, target_grad_new)), _ = jax.lax.scan(one, start, None, length=leapfrog)
+    log_ratio = (
+        annealed_log_density(path, beta, x_new, log_target_new)
+        - 0.5 * jnp.sum(q_new**2)
+        - annealed_log_density(path, beta, x, state.log_target)
+        + 0.5 * jnp.sum(q0**2)
     )
     return accept(key_u, state, log_ratio, x_new, log_target_new, target_grad_new)
 

@@ -27,15 +27,16 @@ from typing import Any, Callable, Optional
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed
 from mcd_cli.run.defaults import (
-    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_MAX_MOVES, POLICY_MAX_PILOTS,
-    POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED, population_size,
+    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_LEAPFROG, POLICY_LONG_MOVES, POLICY_MAX_MOVES,
+    POLICY_MAX_PILOTS, POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED,
+    population_size,
 )
-from mcd_cli.run.pilots import mixing_stalled, predicts_ok, tails_stalled
+from mcd_cli.run.pilots import doubling_too_short, mixing_stalled, predicts_ok, tails_stalled
 from mcd_cli.run.plan import Progress, RunPlan
 from mcd_cli.stats.importance import Status
 from mcd_cli.stats.reasons import Reason
 
-# What a pilot's reasons ask for. The moves did not mix: more moves per temperature.
+# What a pilot's reasons ask for. The moves did not mix: more moves per temperature, then longer ones.
 MIXING = frozenset({"moves_barely_move", "not_at_equilibrium"})
 # The weights degenerate between temperatures: more temperatures (a higher conditional ESS).
 DEGENERATE = frozenset({"pareto_k_high", "pareto_k_warn", "pareto_k_unfittable", "gap_unreliable", "gap_warn"})
@@ -92,44 +93,62 @@ class Policy:
 @dataclasses.dataclass(frozen=True)
 class Effort:
     """How hard one stage works: moves per temperature, the conditional ESS each temperature aims
-    at, particles per population, and whether the kernels are trained MCD ones (`POLICY_TRAINED`)."""
+    at, particles per population, whether the kernels are trained MCD ones (`POLICY_TRAINED`), and
+    the leapfrog steps of each HMC move (adaptive SMC)."""
 
     moves: int
     target_ess: float
     population: int
     trained: bool = False
+    leapfrog: int = SamplerConfig.leapfrog
 
     def describe(self) -> str:
         if self.trained:
             return f"trained MCD in SMC, populations of {self.population}"
-        return f"adaptive SMC, {self.moves} moves, ESS {self.target_ess:g}, populations of {self.population}"
+        return (
+            f"adaptive SMC, {self.moves} moves of {self.leapfrog} leapfrog steps, ESS {self.target_ess:g}, "
+            f"populations of {self.population}"
+        )
+
+    def gradients(self) -> int:
+        """Target gradients per particle and temperature of the refinement (per particle trained)."""
+        return 1 if self.trained else self.moves * self.leapfrog
 
     def configs(self, sconf: SamplerConfig, tconf: TrainConfig) -> tuple[SamplerConfig, TrainConfig]:
         """The sampler and training settings of this effort over the sizes of `sconf`/`tconf`."""
         settings = dict(POLICY_TRAINED if self.trained else POLICY_START)
         iterations = settings.pop("iterations")
         if not self.trained:  # resampling after every temperature: the final weights are one increment's
-            settings.update(refine_steps=self.moves, target_ess=self.target_ess, resample=self.target_ess)
+            settings.update(
+                refine_steps=self.moves, leapfrog=self.leapfrog, target_ess=self.target_ess, resample=self.target_ess,
+            )
         return dataclasses.replace(sconf, **settings), dataclasses.replace(tconf, iterations=iterations)
 
 
 def first_effort(plan: RunPlan) -> Effort:
-    """The effort a run starts at: `POLICY_START`, in populations of the run's default size."""
+    """The effort a run starts at: `POLICY_START`, in populations of the run's default size, with
+    the run's leapfrog steps per move (`--leapfrog`)."""
     population = population_size(plan.num_samples, plan.particles, plan.target.dim)
-    return Effort(POLICY_START["refine_steps"], POLICY_START["target_ess"], population)
+    return Effort(POLICY_START["refine_steps"], POLICY_START["target_ess"], population, leapfrog=plan.sconf.leapfrog)
 
 
 def escalate(
-    effort: Effort, codes: set, plan: RunPlan, moves_stalled: bool = False, tails_stalled: bool = False
+    effort: Effort, codes: set, plan: RunPlan, moves_stalled: bool = False, tails_stalled: bool = False,
+    too_short: bool = False,
 ) -> tuple[Optional[Effort], str]:
     """The next effort after a pilot whose verdict gave the reason `codes`, and why; None when
     nothing is left to raise. Each family of reasons raises its own part (moves for poor mixing,
     the conditional ESS for degenerate weights, the population for runs too small to measure
-    themselves). Moves come before particles: a population whose moves did not mix keeps the
-    duplicates resampling made, so its genealogy collapses and its ESS is rough whatever its size;
-    only once the moves mix (or are at their cap) do reasons of a small population grow it.
-    `moves_stalled` (`mixing_stalled`): doubling the moves did not lower their correlation as
-    mixing would, so the moves count as at their cap; `tails_stalled` (`tails_stalled`): raising
+    themselves). Poor mixing doubles the moves up to `POLICY_MAX_MOVES`; then, as the last rung,
+    makes them longer: `POLICY_LONG_MOVES` moves of `POLICY_LEAPFROG` leapfrog steps (at about the
+    cost of the old rung of 60 short moves, longer trajectories travel further than more short
+    ones); `too_short` (`doubling_too_short`: the pilot's move correlation says twice the moves
+    would still barely move) goes to that rung at once. Moves come before particles: a population
+    whose moves did not mix keeps the duplicates resampling made, so its genealogy collapses and
+    its ESS is rough whatever its size; only once the moves mix (or are at their cap) do reasons
+    of a small population grow it. `moves_stalled` (`mixing_stalled`): raising the moves did not
+    lower their correlation as mixing would, so the moves, short or long, count as at their cap
+    (what holds the particles is a mode no move leaves); `tails_stalled` (`tails_stalled`): raising
     the conditional ESS and the population did not lighten the weights' tails, so they count as at
     their caps. Moves that cannot mix at their cap, or reasons
     of no family, go to trained kernels; heavy-tailed weights or small populations at their caps
@@ -137,11 +156,17 @@ def escalate(
     measured (student_t3, funnel, nice_mnist: k̂ still above 0.5 after 100–530 s of training;
     docs/method.md)."""
     cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
-    moves, ess, population = effort.moves, effort.target_ess, effort.population
+    moves, ess, population, leapfrog = effort.moves, effort.target_ess, effort.population, effort.leapfrog
     why = []
-    more_moves = bool(codes & MIXING) and moves < POLICY_MAX_MOVES and not moves_stalled
+    mixing = bool(codes & MIXING) and leapfrog < POLICY_LEAPFROG and not moves_stalled
+    more_moves = mixing and moves < POLICY_MAX_MOVES and not too_short
+    longer = mixing and not more_moves
     if more_moves:
         moves, why = min(2 * moves, POLICY_MAX_MOVES), why + ["the moves did not mix: more moves"]
+    elif longer:
+        moves, leapfrog = POLICY_LONG_MOVES, POLICY_LEAPFROG
+        why = why + [f"the moves did not mix: longer moves ({moves} of {leapfrog} leapfrog steps)"]
+    more_moves = more_moves or longer
     higher = [e for e in POLICY_TARGET_ESS if e > ess and not tails_stalled]
     if codes & DEGENERATE and higher:
         ess, why = higher[0], why + ["the weights degenerated: more temperatures"]
@@ -149,10 +174,12 @@ def escalate(
     if grow and population < cap:
         population, why = min(2 * population, cap), why + ["populations too small to measure: larger ones"]
     if why and not effort.trained:
-        return Effort(moves, ess, population), "; ".join(why)
+        return Effort(moves, ess, population, leapfrog=leapfrog), "; ".join(why)
     if not effort.trained and (codes & MIXING or not codes <= DEGENERATE | SMALL):
         stalled = "more moves stopped helping the moves mix; " if moves_stalled and codes & MIXING else ""
-        return Effort(moves, ess, population, trained=True), f"{stalled}nothing left to raise in adaptive SMC: trained kernels"
+        return Effort(moves, ess, population, trained=True, leapfrog=leapfrog), (
+            f"{stalled}nothing left to raise in adaptive SMC: trained kernels"
+        )
     if not effort.trained:
         return None, "nothing left to raise in adaptive SMC, and trained kernels do not lighten tails"
     return None, "nothing left to raise"
@@ -276,13 +303,14 @@ def run_policy(
             pilot = one("pilot", effort, n_pilot)
             stalled = len(stages) > 1 and mixing_stalled(stages[-2], stages[-1])
             thin = len(stages) > 1 and tails_stalled(stages[-2], stages[-1])
+            short = doubling_too_short(pilot)
             codes, usable, status = _codes(pilot), pilot.status == "ok", pilot.status
             if usable:  # an `ok` pilot must predict an `ok` final run (`predicts_ok`)
                 n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se)
                 more, doubt = predicts_ok(pilot, n_pilot, n, effort.population)
                 if more:
                     codes, usable, status = codes | more, False, f"ok, but {doubt}"
-            next_effort, why = (None, "") if usable else escalate(effort, codes, plan, stalled, thin)
+            next_effort, why = (None, "") if usable else escalate(effort, codes, plan, stalled, thin, short)
             if status.startswith("ok, but") and (next_effort is None or next_effort.trained):
                 # The margin asks for more than adaptive SMC has left to raise: an `ok` pilot is
                 # not a reason to change the method, so the final run is made at its effort.
@@ -350,22 +378,21 @@ def _codes(record: Any) -> set:
 
 
 def _per_particle_move(stage: Stage) -> float:
-    """Seconds per particle and move (per particle for trained kernels) of a finished stage."""
-    moves = 1 if stage.effort.trained else stage.effort.moves
-    return stage.seconds / max(stage.num_samples * moves, 1)
+    """Seconds per particle and gradient of a move (per particle for trained kernels) of a finished stage."""
+    return stage.seconds / max(stage.num_samples * stage.effort.gradients(), 1)
 
 
 def _predicted(last: Stage, effort: Effort, n: int) -> float:
     """Seconds a stage of `n` particles at `effort` will take, from the last stage's time per
-    particle and move (a higher conditional ESS adds temperatures this does not foresee)."""
+    particle and gradient (a higher conditional ESS adds temperatures this does not foresee)."""
     if effort.trained != last.effort.trained:
         return 0.0  # nothing measured yet for the other method: let it run
-    return _per_particle_move(last) * n * (1 if effort.trained else effort.moves)
+    return _per_particle_move(last) * n * effort.gradients()
 
 
 def _fits(last: Stage, effort: Effort, seconds: float) -> int:
     """How many particles at `effort` fit in `seconds`, with a 20 % margin."""
     if not math.isfinite(seconds):
         return 2**62
-    per = _per_particle_move(last) * (1 if effort.trained else effort.moves)
+    per = _per_particle_move(last) * effort.gradients()
     return int(0.8 * seconds / max(per, 1e-12))

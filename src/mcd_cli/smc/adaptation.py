@@ -3,6 +3,8 @@
 The moves (`kernels.mala`, `kernels.hmc`) leave `γ_β` invariant, so their incremental weight is 1.
 Between steps their diagonal preconditioner is set to the particles' weighted variance and their
 step size moves towards the kernel's target acceptance rate (`refine_population` with `adapt`).
+With adaptive tempering, HMC's moves use the particles' full weighted covariance instead
+(`dense_factor`) when the population is large enough to estimate it.
 Choices made from the particles add a small bias to Ẑ; without `adapt` the kernels are fixed and
 Ẑ is exactly unbiased on a fixed schedule (docs/method.md).
 
@@ -27,6 +29,18 @@ from mcd_cli.smc.state import Population, Settings, normalised
 # Step-size adaptation: ε ← ε · exp(ADAPT_RATE · (acceptance − target)), bounded per step.
 ADAPT_RATE = 2.0
 MIN_VARIANCE = 1e-8
+# Adaptive tempering's HMC moves are preconditioned by the particles' full weighted covariance
+# (`dense_factor`) when a population has at least DENSE_PER_DIM particles per dimension and at most
+# DENSE_MAX_DIM dimensions (its d² products per leapfrog step stay small beside a gradient); else by
+# their variance. Where the target's coordinates are correlated the step size is bounded by the
+# stiffest direction of the preconditioned target, which a dense preconditioner widens: on
+# nice_flow (d = 16) the largest Hessian eigenvalue, preconditioned, falls from 757 to 440 (median
+# over exact draws), and 15 moves of 15 leapfrog steps went from 2 of 4 seeds `ok` (median move
+# correlation 0.20-0.32) to 4 of 4 (0.15-0.27).
+DENSE_KERNELS = frozenset({"hmc"})
+DENSE_PER_DIM = 10
+DENSE_MAX_DIM = 256
+DENSE_JITTER = 1e-6  # added to the correlation matrix's diagonal before its Cholesky factor
 
 # `(population, key, β) -> (population, acceptance, step size used)`: a refinement at β.
 Refine = Callable[[Population, jax.Array, jax.Array], tuple[Population, jax.Array, jax.Array]]
@@ -47,6 +61,42 @@ def weighted_variance(pop: Population) -> jax.Array:
     return jnp.maximum(jnp.sum(w * (x - mean) ** 2, axis=0), MIN_VARIANCE)
 
 
+def dense_factor(pop: Population) -> jax.Array:
+    """The lower Cholesky factor `L` of the particles' weighted covariance `C = L Lᵀ`, (d, d), as
+    `diag(σ) · chol(R)` with `σ²` the weighted variance (`weighted_variance`) and `R` the correlation
+    matrix (scale free, so float32 factors it whatever the coordinates' scales); `diag(σ)` (the
+    diagonal preconditioner) where that factor is not finite.
+
+    Example:
+        >>> from mcd_cli.smc.state import Population
+        >>> x = jnp.array([[1.0, 3.0], [-1.0, -3.0], [1.0, 1.0], [-1.0, -1.0]])
+        >>> states = type("S", (), {"position": x})()
+        >>> pop = Population(states, jnp.zeros(4), 0.0, None, None, None)
+        >>> dense_factor(pop).round(3).tolist()  # σ = (1, √5), correlation 2/√5
+        [[1.0, 0.0], [2.0, 1.0]]
+    """
+    x = pop.states.position
+    w = normalised(pop.log_w)[:, None]
+    sd = jnp.sqrt(weighted_variance(pop))
+    z = (x - jnp.sum(w * x, axis=0)) / sd
+    corr = (w * z).T @ z
+    corr = corr + DENSE_JITTER * jnp.eye(x.shape[1], dtype=x.dtype)
+    factor = sd[:, None] * jnp.linalg.cholesky(corr)
+    return jnp.where(jnp.all(jnp.isfinite(factor)), factor, jnp.diag(sd))
+
+
+def uses_dense(pop: Population, kernel: RefineKernel, settings: Settings, adapt: bool) -> bool:
+    """Do this refinement's moves use the dense preconditioner (`dense_factor`)? With `adapt`, on
+    the adaptive schedule, for a kernel of `DENSE_KERNELS` and a population of at least
+    `DENSE_PER_DIM` particles per dimension in at most `DENSE_MAX_DIM` dimensions. (A fixed
+    schedule's refinement keeps the diagonal one: its tuning may be frozen as a variance.)"""
+    num, dim = pop.states.position.shape[-2:]
+    return (
+        adapt and settings.adaptive and kernel.name in DENSE_KERNELS
+        and dim <= DENSE_MAX_DIM and num >= DENSE_PER_DIM * dim
+    )
+
+
 def refine_population(
     pop: Population,
     key: jax.Array,
@@ -62,16 +112,21 @@ def refine_population(
 
     Before the moves the preconditioner is set to the particles' weighted variance; after them the
     step size moves towards the kernel's target acceptance (when `adapt`). Both are means over the
-    whole population, also when `sharding` splits it over devices.
+    whole population, also when `sharding` splits it over devices. When `uses_dense`, the moves are
+    preconditioned by the weighted covariance's Cholesky factor (`dense_factor`) instead; the
+    population keeps the variance as its `inv_mass` either way.
     """
     params = pop.refine
     if adapt:
         params = params._replace(inv_mass=weighted_variance(pop))
+    moving = params
+    if uses_dense(pop, kernel, settings, adapt):
+        moving = params._replace(inv_mass=dense_factor(pop))
 
     def one_move(states, move_key):
         keys = shard(jax.random.split(move_key, pop.log_w.shape[0]), sharding)
         states, accept = jax.vmap(
-            lambda k, s: kernel.step(k, s, beta, path, evaluate, params, settings.leapfrog)
+            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
         )(keys, states)
         return shard(states, sharding), jnp.mean(accept)
 
