@@ -90,16 +90,16 @@ def test_segments_follow_the_ess():
 
 def _problem(sampler="ula"):
     target = Target.create(lambda x: -0.5 * jnp.sum((x - 1.0) ** 2 / 0.3), dim=3)
-    sconf = SamplerConfig(sampler=sampler, backward="mcd", steps=8, hidden=16, resample=0.5)
+    sconf = SamplerConfig(sampler=sampler, backward="mcd", steps=4, hidden=8, resample=0.5)
     return target, sconf, annealing.init_params(jax.random.key(0), target, sconf)
 
 
 def test_batch_loss_with_smc_in_the_loop_for_both_objectives():
     target, sconf, params = _problem()
     for name in ("elbo", "logvar"):
-        value, per_slot = training.batch_loss(params, jax.random.key(1), target, sconf, 64, name, train_with="smc")
-        grads = jax.grad(lambda p: training.batch_loss(p, jax.random.key(1), target, sconf, 64, name, train_with="smc")[0])(params)
-        assert np.isfinite(float(value)) and per_slot.shape == (64,)
+        value, per_slot = training.batch_loss(params, jax.random.key(1), target, sconf, 32, name, train_with="smc")
+        grads = jax.grad(lambda p: training.batch_loss(p, jax.random.key(1), target, sconf, 32, name, train_with="smc")[0])(params)
+        assert np.isfinite(float(value)) and per_slot.shape == (32,)
         assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
     # The score network's last layer starts at zero, so MCD starts as AIS; the loss moves it.
     leaves = jax.tree.leaves(grads.backward)
@@ -107,7 +107,7 @@ def test_batch_loss_with_smc_in_the_loop_for_both_objectives():
     uha_target, uha_conf, uha_params = _problem("uha")
     with pytest.raises(ValueError, match="fixed points"):
         training.batch_loss(uha_params, jax.random.key(1), uha_target, uha_conf, 8, "logvar", train_with="smc")
-    value, _ = training.batch_loss(uha_params, jax.random.key(1), uha_target, uha_conf, 64, "elbo", train_with="smc")
+    value, _ = training.batch_loss(uha_params, jax.random.key(1), uha_target, uha_conf, 32, "elbo", train_with="smc")
     assert np.isfinite(float(value))
 
 
@@ -138,16 +138,3 @@ def test_train_with_smc_refuses_runs_it_cannot_train(mcd, gauss_yaml, args, word
     code, _, err = mcd(["estimate", gauss_yaml, "--train-with", "smc", "--iterations", "5", "--steps", "4", *args])
     assert code == 2
     assert words in one_line_error(err)
-
-
-def test_train_with_smc_runs_from_the_command_line(mcd, gauss_yaml):
-    code, out, err = mcd([
-        "estimate", gauss_yaml, "--train-with", "smc", "--backward", "mcd", "--iterations", "20", "--steps", "8",
-        "--resample", "0.5", "--samples", "512", "--json", "--seed", "0",
-    ])
-    assert code == 0, err
-    import json
-
-    record = json.loads(out.splitlines()[-1])
-    assert record["config"]["train_with"] == "smc"
-    assert math.isfinite(record["log_z"])
