@@ -42,19 +42,12 @@ from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
 from mcd_cli import run, training  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
 from mcd_cli.run.defaults import POLICY_START, population_size  # noqa: E402
-from mcd_cli.run.estimate import tuned_refinement  # noqa: E402
+from mcd_cli.run.estimate import TUNING_STREAM, tuned_refinement  # noqa: E402
 from mcd_cli.run.smc_kernels import compiled  # noqa: E402
-from mcd_cli.targets import TargetError, load_target  # noqa: E402
+from time_to_accuracy import sized_target  # noqa: E402
 
 OUTPUT = RESULTS / "learned_pays_cpu.json"
 METHODS = ("adaptive", "blackjax", "learned-smc", "learned-is")
-
-
-def sized_target(name: str, dim: int):
-    try:
-        return load_target(name, {"dim": dim})
-    except TargetError:
-        return load_target(name, {})
 
 
 def log_z_of(out, num: int) -> float:
@@ -159,7 +152,7 @@ def run_learned(target, seed: int, budget: float, args, train_with: str) -> dict
     trained_seconds = time.perf_counter() - t0
     num = args.population or population_size(16_384, None, target.dim)
     smc_run = compiled(fitted, sconf, num)
-    frozen = tuned_refinement(sconf, lambda: smc_run(state.params, jax.random.fold_in(key_estimate, 0x7E1E)))
+    frozen = tuned_refinement(sconf, lambda: smc_run(state.params, jax.random.fold_in(key_estimate, TUNING_STREAM)))
     values, n = spend(
         t0 + budget, lambda j: log_z_of(smc_run(state.params, jax.random.fold_in(key_estimate, j), frozen), num)
     )

@@ -134,6 +134,15 @@ def scan_steps(step: Callable, carry: Any, xs: Any, steps: int, remat: bool, unr
     return carry
 
 
+def require_detachable(forward: Any) -> None:
+    """ValueError unless the forward kernel has a density at fixed points (the log-variance loss)."""
+    if not forward.detachable:
+        raise ValueError(
+            f"the {forward.label} forward kernel has no density at fixed points, so its trajectories "
+            "cannot be held fixed; train it with the ELBO"
+        )
+
+
 def log_weight(
     key: jax.Array,
     params: SamplerParams,
@@ -165,11 +174,8 @@ def log_weight(
     evaluate = jax.value_and_grad(target.log_density)
     key_x, key_kernel, key_steps = jax.random.split(key, 3)
 
-    if detach and not forward.detachable:
-        raise ValueError(
-            f"the {forward.label} forward kernel has no density at fixed points, so its trajectories "
-            "cannot be held fixed; train it with the ELBO"
-        )
+    if detach:
+        require_detachable(forward)
     x0 = path.sample_initial(key_x)
     if detach:
         x0 = jax.lax.stop_gradient(x0)

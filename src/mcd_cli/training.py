@@ -145,11 +145,8 @@ def smc_batch_loss(
     """`batch_loss` with SMC in the loop (`smc.segments.segment_log_weights`): the summed segment
     losses, and each slot's sum of segment log weights."""
     est = registry.estimator(sconf.sampler, sconf.backward)
-    if objective.detach and not est.forward.detachable:
-        raise ValueError(
-            f"the {est.forward.label} forward kernel has no density at fixed points, so its trajectories "
-            "cannot be held fixed; train it with the ELBO"
-        )
+    if objective.detach:
+        annealing.require_detachable(est.forward)
     path = annealing.annealed_path(params.path, target, sconf)
     resolved = est.forward.prepare(params.forward, target.dim)
 
