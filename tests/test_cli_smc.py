@@ -17,18 +17,20 @@ def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
     (rec,) = records(out)
     assert rec["label"] == "SMC-MALA" and rec["schedule"] == "adaptive"
     assert rec["log_z_stderr_method"] == "smc-genealogy" and rec["log_z_stderr"] > 0
-    # Known log Z = 0: within 4 of its own standard errors plus the O(1/N) adaptive bias.
-    assert abs(rec["error"]) < 4 * rec["log_z_stderr"] + 0.05
+    # Known log Z = 0: within 4 of its own standard errors (the temperatures and tuning replayed
+    # from a population of their own: no adaptive bias, tests/test_replay.py).
+    assert abs(rec["error"]) < 4 * rec["log_z_stderr"]
     smc = rec["smc"]
     k = rec["steps"]
     assert smc["steps"] == [k] and len(smc["beta"]) == k and smc["beta"][-1] == 1.0
     assert all(0 < b for b in smc["beta"]) and smc["beta"] == sorted(smc["beta"])
     assert 0.0 < smc["mean_acceptance"] < 1.0 and smc["refine_every"] == "step"
     assert all(1 <= s < k for s in smc["resampled_steps"]) and len(smc["resampled_steps"]) == smc["resamplings"][0]
-    # --target-ess 0.5 from uniform weights: ESS/N after each reweighting is the conditional ESS,
-    # 0.5, and --resample 0.5 then resamples after every step but the last.
-    assert smc["resampled_steps"] == list(range(1, k))
-    assert all(abs(e - 0.5) < 2e-3 for e in smc["ess"][:-1])
+    # --target-ess 0.5 from uniform weights: the tuning population's ESS/N after each reweighting
+    # is the conditional ESS, 0.5, and --resample 0.5 then resamples after every step but the last;
+    # the estimating population replays those temperatures and resamplings, its ESS near 0.5.
+    assert smc["refine_tuning"] == "pilot" and smc["resampled_steps"] == list(range(1, k))
+    assert all(0.2 < e < 0.8 for e in smc["ess"][:-1]) and any(abs(e - 0.5) > 2e-3 for e in smc["ess"][:-1])
     assert rec["log_z_is"] is None and "steps" not in rec["config"] and rec["config"]["adaptive"] is True
     # Fifteen MALA moves per step by default (config.ADAPTIVE_REFINE_STEPS), which mix this small
     # Gaussian well: the one reason for `warn` is the single population (stats.population_verdict),

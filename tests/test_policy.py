@@ -86,7 +86,10 @@ def test_an_ok_pilot_is_followed_by_a_fresh_final_run_which_is_reported():
     assert rec.plan is final and rec.status == "warn"
     assert pilot.sconf.adaptive and pilot.sconf.backward == "ais" and pilot.tconf.iterations == 0
     assert pilot.num_samples == pol.PILOT_POPULATIONS * pilot.particles
-    assert final.sconf == pilot.sconf and final.num_samples == 16384
+    # the same effort; the final run replays a tuning population's temperatures (Ẑ unbiased),
+    # the pilot adapts from its own particles
+    assert dataclasses.replace(final.sconf, refine_tuning="particles") == pilot.sconf and final.num_samples == 16384
+    assert (pilot.sconf.refine_tuning, final.sconf.refine_tuning) == ("particles", "pilot")
     account = rec.policy
     assert account["stopped"] == "plan" and account["reported_stage"] == 1
     assert [s["role"] for s in account["stages"]] == ["pilot", "final"]
@@ -350,7 +353,7 @@ def test_the_pilots_are_capped_and_the_last_effort_is_used_for_the_final_run():
     execute_stage, calls = _script(*[bad] * 3, ("ok", 0.05, ()))
     rec = pol.run_policy(_plan(max_pilots=3), run.NoProgress(), execute_stage)
     assert [s["role"] for s in rec.policy["stages"]] == ["pilot"] * 3 + ["final"]
-    assert calls[3].sconf == calls[2].sconf
+    assert calls[3].sconf == dataclasses.replace(calls[2].sconf, refine_tuning="pilot")
 
 
 def test_a_time_limit_stops_between_stages_and_reports_the_finished_ones():

@@ -77,7 +77,8 @@ def test_the_run_layer_tunes_on_its_own_key_only_when_asked():
     tuned = tuned_refinement(CONF, pilot)  # the default
     assert calls == [1] and tuned.step_size.shape == (CONF.steps,)
     adaptive = dataclasses.replace(CONF, adaptive=True, refine_tuning="pilot", target_ess=0.5)
-    assert tuned_refinement(adaptive, pilot) is None and calls == [1]
+    assert tuned_refinement(adaptive, pilot) is not None and calls == [1, 1]  # replayed (tests/test_replay.py)
+    assert tuned_refinement(dataclasses.replace(adaptive, refine_tuning="particles"), pilot) is None and calls == [1, 1]
     assert TUNING_STREAM >= CONF.steps and TUNING_STREAM < 2**31  # no population index reaches it in practice
 
 

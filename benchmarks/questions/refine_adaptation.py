@@ -55,7 +55,7 @@ def refine_with(mode: str):
 
         states, accepts = jax.lax.scan(one_move, pop.states, jax.random.split(key, config.refine_steps))
         acceptance = jnp.mean(accepts)
-        used = params.step_size
+        used = params  # the step size and preconditioner these moves used
         if mode in ("step", "both"):
             factor = jnp.exp(jnp.clip(smc.ADAPT_RATE * (acceptance - kernel.target_acceptance), -1.0, 1.0))
             params = params._replace(step_size=params.step_size * factor)

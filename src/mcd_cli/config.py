@@ -92,12 +92,11 @@ class SamplerConfig:
         refine_steps: moves per refinement.
         leapfrog: leapfrog steps per HMC move.
         refine_every: "resample" (refine after each resampling) or "step" (after every step).
-        refine_tuning: how the refinement's step size and preconditioner are chosen on a fixed
-            schedule: "pilot" (adapted on a pilot population with its own key, then frozen for the
-            estimating populations: Ẑ exactly unbiased; `run.estimate.tuned_refinement`) or
+        refine_tuning: how the refinement's step size and preconditioner (and, with adaptive
+            tempering, the temperatures) are chosen: "pilot" (adapted on a pilot population with
+            its own key, then frozen for the estimating populations, which with adaptive tempering
+            replay its temperatures: Ẑ exactly unbiased; `run.estimate.tuned_refinement`) or
             "particles" (adapted from each population's own particles as it runs: a bias in Ẑ).
-            Adaptive tempering adapts from the particles whatever this says (its β is chosen from
-            them too).
         adaptive: adaptive tempering: β chosen from the particles, the refinement moves replace
             the forward kernels (needs `refine`).
         target_ess: adaptive tempering: the conditional ESS/N each step's β aims at.

@@ -29,7 +29,7 @@ def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
         "refine_steps": s.refine_steps,
         "leapfrog": s.leapfrog,
         "refine_every": "step" if s.adaptive else s.refine_every,
-        "refine_tuning": "particles" if s.adaptive else s.refine_tuning,
+        "refine_tuning": s.refine_tuning if s.refine != "none" else None,
         "target_ess": s.target_ess if s.adaptive else None,
         "particles": population,
         "populations": populations,
@@ -41,12 +41,14 @@ TUNING_STREAM = 0x7E1E
 
 
 def tuned_refinement(s: SamplerConfig, run_pilot: Callable[[], Any]) -> Optional[Any]:
-    """The frozen refinement of a fixed schedule with `refine_tuning="pilot"`: the per-step
-    parameters (`SMCOutput.tuning`) of one pilot population, adapted from its own particles, run by
-    `run_pilot` with a key no estimating population shares; None (each population adapts from its
-    own particles) otherwise. The estimating populations then move with kernels fixed before they
-    draw a random number, so their Ẑ is exactly unbiased (docs/method.md, "Refinement")."""
-    if s.adaptive or s.refine == "none" or s.refine_tuning != "pilot":
+    """The frozen refinement with `refine_tuning="pilot"`: the per-step parameters
+    (`SMCOutput.tuning`) of one pilot population, adapted from its own particles, run by
+    `run_pilot` with a key no estimating population shares; with adaptive tempering also its
+    temperatures and resamplings (a `smc.Tempering`, replayed by `smc.run_replay`). None (each
+    population adapts from its own particles) otherwise. The estimating populations then move
+    with kernels and a schedule fixed before they draw a random number, so their Ẑ is exactly
+    unbiased (docs/method.md, "Refinement")."""
+    if s.refine == "none" or s.refine_tuning != "pilot":
         return None
     return run_pilot().tuning
 
@@ -132,7 +134,8 @@ def estimate_populations(
     runs = num_samples // population
     estimates, outputs = [], []
     for j in range(runs):
-        out = jax.device_get(run_population(j)._replace(particles=None))  # the caller keeps what it needs
+        # the caller keeps what it needs of the particles; the tuning a run chose stays on the device
+        out = jax.device_get(run_population(j)._replace(particles=None, tuning=None))
         estimates.append(
             smc_estimate(
                 float(out.log_z), out.log_w, out.eve, int(out.resamplings),

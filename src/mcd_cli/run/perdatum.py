@@ -391,7 +391,7 @@ def _estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], p
 def stage_plan(plan: PerDatumPlan, effort: Effort, num_samples: int, index: int, pilot: bool) -> PerDatumPlan:
     """Stage `index` of a policy run: untrained adaptive SMC at `effort`, with its own keys; a pilot
     estimates the first `PILOT_DATA` data and keeps no checkpoint (a resumed run makes it again)."""
-    sconf, tconf = effort.configs(plan.sconf, plan.tconf)
+    sconf, tconf = effort.configs(plan.sconf, plan.tconf, pilot)
     target = plan.target.select(0, min(PILOT_DATA, plan.target.num_data)) if pilot else plan.target
     checkpoint_dir = None if pilot else plan.checkpoint_dir
     return dataclasses.replace(

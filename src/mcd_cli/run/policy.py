@@ -114,13 +114,17 @@ class Effort:
         """Target gradients per particle and temperature of the refinement (per particle trained)."""
         return 1 if self.trained else self.moves * self.leapfrog
 
-    def configs(self, sconf: SamplerConfig, tconf: TrainConfig) -> tuple[SamplerConfig, TrainConfig]:
-        """The sampler and training settings of this effort over the sizes of `sconf`/`tconf`."""
+    def configs(self, sconf: SamplerConfig, tconf: TrainConfig, pilot: bool = False) -> tuple[SamplerConfig, TrainConfig]:
+        """The sampler and training settings of this effort over the sizes of `sconf`/`tconf`. A
+        final run's adaptive tempering replays the temperatures and tuning of a population of its
+        own (`refine_tuning="pilot"`: Ẑ exactly unbiased); a `pilot`'s, which only measures the
+        effort, adapts each population from its own particles, sparing that population."""
         settings = dict(POLICY_TRAINED if self.trained else POLICY_START)
         iterations = settings.pop("iterations")
         if not self.trained:  # resampling after every temperature: the final weights are one increment's
             settings.update(
                 refine_steps=self.moves, leapfrog=self.leapfrog, target_ess=self.target_ess, resample=self.target_ess,
+                refine_tuning="particles" if pilot else "pilot",
             )
         return dataclasses.replace(sconf, **settings), dataclasses.replace(tconf, iterations=iterations)
 
@@ -214,11 +218,14 @@ class Stage:
         }
 
 
-def stage_plan(plan: RunPlan, effort: Effort, num_samples: int, index: int, train_stage: Optional[int] = None) -> RunPlan:
-    """The plan of stage `index`: `plan`'s target and sizes at `effort`, with its own keys; a final
-    run with trained kernels trains as its pilot `train_stage` did (the same kernels: the pilot's
-    verdict then chose them, and given them the final run is an ordinary, unbiased one)."""
-    sconf, tconf = effort.configs(plan.sconf, plan.tconf)
+def stage_plan(
+    plan: RunPlan, effort: Effort, num_samples: int, index: int, train_stage: Optional[int] = None, pilot: bool = False,
+) -> RunPlan:
+    """The plan of stage `index` (a `pilot` or the final run): `plan`'s target and sizes at
+    `effort`, with its own keys; a final run with trained kernels trains as its pilot
+    `train_stage` did (the same kernels: the pilot's verdict then chose them, and given them the
+    final run is an ordinary, unbiased one)."""
+    sconf, tconf = effort.configs(plan.sconf, plan.tconf, pilot)
     return dataclasses.replace(
         plan, sconf=sconf, tconf=tconf, num_samples=num_samples, particles=effort.population, stage=index,
         train_stage=train_stage if effort.trained else None, policy=None, repeats=1,
@@ -285,7 +292,7 @@ def run_policy(
             label += f", {max(left(), 0):.0f} s left"
         t0 = clock()
         shown = StageProgress(progress, label)
-        record = execute_stage(stage_plan(plan, effort, n, len(stages), train_stage), shown)
+        record = execute_stage(stage_plan(plan, effort, n, len(stages), train_stage, role == "pilot"), shown)
         stages.append(Stage(len(stages), role, effort, n, record, clock() - t0))
         return record
 

@@ -46,10 +46,10 @@ from mcd_cli.smc.adaptation import ADAPT_RATE, MIN_VARIANCE, build_refine, initi
 from mcd_cli.smc.diagnostics import (
     STATIONARITY_MOVES, STATIONARITY_TEMPERATURES, move_correlation, stationarity, stationarity_moves,
 )
-from mcd_cli.smc.loop import initial_population, run, run_adaptive, run_fixed
+from mcd_cli.smc.loop import initial_population, run, run_adaptive, run_fixed, run_replay
 from mcd_cli.smc.sharding import on_every_device, replicate, shard
 from mcd_cli.smc.state import (
-    Kernels, Population, Resampler, Settings, SMCOutput, StepInfo, Trace, ess_fraction, normalised, take,
+    Kernels, Population, Resampler, Settings, SMCOutput, StepInfo, Tempering, Trace, ess_fraction, normalised, take,
 )
 from mcd_cli.smc.step import maybe_refine, maybe_resample, no_refine, resample_population
 from mcd_cli.smc.tempering import BISECTION_STEPS, ESS_ROUNDING, conditional_ess, next_beta

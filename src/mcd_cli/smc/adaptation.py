@@ -44,7 +44,7 @@ DENSE_PER_DIM = 10
 DENSE_MAX_DIM = 64
 DENSE_JITTER = 1e-6  # added to the correlation matrix's diagonal before its Cholesky factor
 
-# `(population, key, β) -> (population, acceptance, step size used)`: a refinement at β.
+# `(population, key, β) -> (population, acceptance, RefineParams used)`: a refinement at β.
 Refine = Callable[[Population, jax.Array, jax.Array], tuple[Population, jax.Array, jax.Array]]
 
 
@@ -99,6 +99,15 @@ def uses_dense(pop: Population, kernel: RefineKernel, settings: Settings, adapt:
     )
 
 
+def preconditioner(pop: Population, kernel: RefineKernel, settings: Settings, adapt: bool) -> jax.Array:
+    """The preconditioner a refinement of `pop` moves with: the particles' weighted covariance
+    factor (`dense_factor`) when `uses_dense`, their weighted variance when `adapt`, else the
+    population's own (`pop.refine.inv_mass`, e.g. frozen from a tuning run)."""
+    if uses_dense(pop, kernel, settings, adapt):
+        return dense_factor(pop)
+    return weighted_variance(pop) if adapt else pop.refine.inv_mass
+
+
 def refine_population(
     pop: Population,
     key: jax.Array,
@@ -110,7 +119,8 @@ def refine_population(
     adapt: bool,
     sharding: Optional[NamedSharding] = None,
 ) -> tuple[Population, jax.Array, jax.Array]:
-    """`settings.refine_steps` Metropolis moves of every particle at β: `(population, acceptance, ε used)`.
+    """`settings.refine_steps` Metropolis moves of every particle at β: `(population, acceptance,
+    the step size and preconditioner the moves used)`.
 
     Before the moves the preconditioner is set to the particles' weighted variance; after them the
     step size moves towards the kernel's target acceptance (when `adapt`). Both are means over the
@@ -121,9 +131,7 @@ def refine_population(
     params = pop.refine
     if adapt:
         params = params._replace(inv_mass=weighted_variance(pop))
-    moving = params
-    if uses_dense(pop, kernel, settings, adapt):
-        moving = params._replace(inv_mass=dense_factor(pop))
+    moving = params._replace(inv_mass=preconditioner(pop, kernel, settings, adapt))
 
     def one_move(states, move_key):
         keys = shard(jax.random.split(move_key, pop.log_w.shape[0]), sharding)
@@ -134,18 +142,17 @@ def refine_population(
 
     states, accepts = jax.lax.scan(one_move, pop.states, jax.random.split(key, settings.refine_steps))
     acceptance = jnp.mean(accepts)
-    used = params.step_size
     if adapt:
         factor = jnp.exp(jnp.clip(ADAPT_RATE * (acceptance - kernel.target_acceptance), -1.0, 1.0))
         params = params._replace(step_size=params.step_size * factor)
-    return pop._replace(states=states, refine=params), acceptance, used
+    return pop._replace(states=states, refine=params), acceptance, moving
 
 
 def build_refine(
     kernel: RefineKernel, path: AnnealedPath, evaluate: Callable, settings: Settings, adapt: bool,
     sharding: Optional[NamedSharding] = None,
 ) -> Refine:
-    """The refinement as a value `(population, key, β) -> (population, acceptance, ε used)`.
+    """The refinement as a value `(population, key, β) -> (population, acceptance, RefineParams used)`.
 
     `refine_population` is looked up in this module when the refinement runs, so a study may swap
     it for a variant (benchmarks/results/estimators.md, module refine_adaptation).

@@ -2,8 +2,11 @@
 adaptive tempering reaches β = 1; then the stationarity test of the final population.
 
 Keys: the run's key splits into (initial particles, steps); step k of a fixed schedule uses the
-k-th of K keys split from the steps' key, an adaptive step `fold_in(steps' key, k)`, and the
-stationarity test `fold_in(steps' key, K + 1)` (`max_steps + 1` when adaptive).
+k-th of K keys split from the steps' key, an adaptive (or replayed) step `fold_in(steps' key, k)`,
+and the stationarity test `fold_in(steps' key, K + 1)` (`max_steps + 1` when adaptive).
+
+A replayed run (`run_replay`) goes through the temperatures, resamplings and refinement tuning an
+earlier adaptive run chose (its `SMCOutput.tuning`, a `Tempering`), adapting nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from mcd_cli.kernels.base import AnnealedPath, RefineKernel, RefineParams
 from mcd_cli.smc import adaptation, step, tempering
 from mcd_cli.smc.diagnostics import stationarity
 from mcd_cli.smc.sharding import replicate, shard
-from mcd_cli.smc.state import Kernels, Population, Settings, SMCOutput, Trace
+from mcd_cli.smc.state import Kernels, Population, Settings, SMCOutput, Tempering, Trace
 from mcd_cli.targets.base import Target
 
 
@@ -80,8 +83,12 @@ def run(
             backward kernel with every transition; None for an unconditional sampler.
         sharding: the particle axis split over a mesh of devices (`devices.Layout.particles`; `num`
             a multiple of its device count), with global resampling; None: no constraint.
-        frozen: a fixed schedule's refinement parameters per step, used as they are (`run_fixed`).
+        frozen: a fixed schedule's refinement parameters per step, used as they are (`run_fixed`);
+            with adaptive tempering, an earlier run's `Tempering` (its `SMCOutput.tuning`),
+            replayed (`run_replay`).
     """
+    if settings.adaptive and frozen is not None:
+        return run_replay(key, path, target, num, kernels, settings, frozen, sharding)
     if settings.adaptive:
         return run_adaptive(key, path, target, num, kernels, settings, adapt, sharding)
     return run_fixed(key, params, path, target, num, kernels, settings, adapt, context, sharding, frozen)
@@ -142,16 +149,24 @@ def run_fixed(
     return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, tuning)
 
 
+def _trace(cap: int, pop: Population, kernel: RefineKernel, settings: Settings, adapt: bool) -> Trace:
+    """An adaptive run's trace before its first step: NaN (no step) in arrays of `cap` steps, the
+    preconditioner's in the shape its moves use (`adaptation.preconditioner`)."""
+    dtype = pop.log_w.dtype
+    nan = jnp.full((cap,), jnp.nan, dtype)
+    shape = jax.eval_shape(lambda p: adaptation.preconditioner(p, kernel, settings, adapt), pop).shape
+    return Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan, nan, jnp.full((cap, *shape), jnp.nan, dtype))
+
+
 def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, adapt, sharding=None) -> SMCOutput:
     """`run` with adaptive tempering: `tempering.build_kernel` steps under `lax.while_loop` until
-    β = 1 or `settings.max_steps`, the trace written into arrays of that length."""
+    β = 1 or `settings.max_steps`, the trace written into arrays of that length. Its `tuning` is
+    the `Tempering` it chose: the β, resamplings, step sizes and preconditioners of its steps."""
     evaluate = jax.value_and_grad(target.log_density)
     key_init, key_steps = jax.random.split(key)
     pop = initial_population(key_init, path, evaluate, num, tempering.init_state, kernels.refine, target.dim, sharding)
     cap = settings.max_steps
-    dtype = pop.log_w.dtype
-    nan = jnp.full((cap,), jnp.nan, dtype)
-    trace = Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan, nan)
+    trace = _trace(cap, pop, kernels.refine, settings, adapt)
     refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt, sharding)
     one_step = tempering.build_kernel(refine, kernels.resample, path, settings, sharding)
 
@@ -165,9 +180,58 @@ def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, a
         trace = jax.tree.map(lambda t, v: t.at[k].set(v), trace, info)
         return pop, info.beta, k + 1, trace
 
-    carry = (pop, jnp.zeros((), dtype), jnp.zeros((), jnp.int32), trace)
+    carry = (pop, jnp.zeros((), pop.log_w.dtype), jnp.zeros((), jnp.int32), trace)
     pop, beta, steps, trace = jax.lax.while_loop(cond, body, carry)
     drift = stationarity(
         pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
     )
-    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position)
+    chosen = Tempering(trace.beta, trace.resampled, RefineParams(trace.step_size, trace.preconditioner), steps, pop.refine)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, chosen)
+
+
+def run_replay(
+    key, path, target, num, kernels: Kernels, settings: Settings, chosen: Tempering, sharding=None
+) -> SMCOutput:
+    """`run` through the temperatures an earlier adaptive run chose (`chosen`, its `tuning`):
+    the same steps as `run_adaptive`'s, and the same keys, but each step's β, whether it
+    resamples, and its refinement's step size and preconditioner are `chosen`'s, and nothing is
+    adapted from this run's particles. Its kernels and schedule are fixed before it draws a random
+    number, so its Ẑ is exactly unbiased (tempered SMC on a fixed schedule, Del Moral 2004), while
+    the run that chose them, with its own key, kept adaptive tempering's economy of temperatures.
+    Replaying a run's own choices with its own key is that run, bit for bit.
+    """
+    evaluate = jax.value_and_grad(target.log_density)
+    key_init, key_steps = jax.random.split(key)
+    pop = initial_population(key_init, path, evaluate, num, tempering.init_state, kernels.refine, target.dim, sharding)
+    start = pop.refine
+    if chosen.refine.inv_mass.ndim == 3:  # a covariance factor per step: start from the identity
+        start = start._replace(inv_mass=jnp.diag(start.inv_mass))
+    pop = pop._replace(refine=start)
+    cap = settings.max_steps
+    trace = _trace(cap, pop, kernels.refine, settings, False)
+    refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, False, sharding)
+    tempered = tempering.build_tempered_kernel(refine, kernels.resample, settings, sharding)
+
+    def cond(carry):
+        _, _, k, _ = carry
+        return k < chosen.steps
+
+    def body(carry):
+        pop, beta, k, trace = carry
+        log_likelihood = tempering.log_likelihoods(pop, path, sharding)
+        # the chosen tuning of a step that refines (β < 1; the last step makes no moves)
+        refines = chosen.beta[k] < 1.0
+        pop = pop._replace(refine=jax.tree.map(lambda c, p: jnp.where(refines, c[k], p), chosen.refine, pop.refine))
+        pop, info = tempered(
+            jax.random.fold_in(key_steps, k), pop, beta, chosen.beta[k], log_likelihood, chosen.resampled[k]
+        )
+        trace = jax.tree.map(lambda t, v: t.at[k].set(v), trace, info)
+        return pop, info.beta, k + 1, trace
+
+    carry = (pop, jnp.zeros((), pop.log_w.dtype), jnp.zeros((), jnp.int32), trace)
+    pop, beta, steps, trace = jax.lax.while_loop(cond, body, carry)
+    pop = pop._replace(refine=chosen.final)
+    drift = stationarity(
+        pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
+    )
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, chosen)

@@ -94,9 +94,35 @@ class StepInfo(NamedTuple):
     # adaptive: mean over coordinates of the particles' correlation across the step's moves
     # (`move_correlation`; NaN: none made); None on a fixed schedule
     correlation: Any = None
+    # adaptive: the refinement's preconditioner as used (the particles' variance, (d,), or their
+    # covariance factor, (d, d); NaN: no moves); None on a fixed schedule
+    preconditioner: Any = None
 
 
 Trace = StepInfo  # a StepInfo whose fields are arrays over steps
+
+
+class Tempering(NamedTuple):
+    """What one adaptive tempering run chose, per step (arrays over `max_steps`, of which `steps`
+    are used): what a later run replays with nothing chosen from its own particles
+    (`loop.run_replay`), so that its Ẑ is exactly unbiased.
+
+    Attributes:
+        beta: β after each step.
+        resampled: whether the population was resampled after each step.
+        refine: the refinement's step size and preconditioner as used at each step (the
+            particles' weighted variance, (max_steps, d), or their covariance factor,
+            (max_steps, d, d): `adaptation.preconditioner`); NaN at a step without moves.
+        steps: the steps taken.
+        final: the refinement's parameters after the last step, where the stationarity test
+            (`diagnostics.stationarity`) starts.
+    """
+
+    beta: jax.Array
+    resampled: jax.Array
+    refine: RefineParams
+    steps: jax.Array
+    final: RefineParams
 
 
 class SMCOutput(NamedTuple):
@@ -117,7 +143,8 @@ class SMCOutput(NamedTuple):
     # fixed schedule: the refinement's parameters as this run's adaptation had them at each step, a
     # `RefineParams` stacked over the K steps (the step size in effect, and the particles' weighted
     # variance after the step's reweighting as the preconditioner): what a later run freezes
-    # (`loop.run_fixed(frozen=...)`); None when adaptive or without refinement
+    # (`loop.run_fixed(frozen=...)`); adaptive: the `Tempering` it chose (`loop.run_replay`);
+    # None without refinement
     tuning: Any = None
 
 

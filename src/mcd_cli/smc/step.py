@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 from jax.sharding import NamedSharding
 
-from mcd_cli.kernels.base import AnnealedPath, BackwardKernel, ForwardKernel, Step
+from mcd_cli.kernels.base import AnnealedPath, BackwardKernel, ForwardKernel, RefineParams, Step
 from mcd_cli.smc.adaptation import Refine
 from mcd_cli.smc.sharding import on_every_device, replicate, shard
 from mcd_cli.smc.state import Population, Resampler, Settings, StepInfo, ess_fraction, normalised, take
@@ -64,17 +64,21 @@ def maybe_resample(
     return jax.lax.cond(when, lambda p: resample_population(p, key, resampler, sharding), lambda p: p, pop)
 
 
-def no_refine(pop: Population) -> tuple[Population, jax.Array, jax.Array]:
-    """No moves: the population unchanged, NaN acceptance and step size."""
+def no_refine(pop: Population, used: Any = None) -> tuple[Population, jax.Array, Any]:
+    """No moves: the population unchanged, NaN acceptance, and NaN for the parameters used (shaped
+    as `used`, a `RefineParams` of shapes; default: a step size only)."""
     nan = jnp.full((), jnp.nan, pop.log_w.dtype)
-    return pop, nan, nan
+    if used is None:
+        return pop, nan, RefineParams(nan, None)
+    return pop, nan, jax.tree.map(lambda a: jnp.full(a.shape, jnp.nan, a.dtype), used)
 
 
 def maybe_refine(
     pop: Population, key: jax.Array, when: jax.Array, beta: jax.Array, refine: Refine
-) -> tuple[Population, jax.Array, jax.Array]:
+) -> tuple[Population, jax.Array, RefineParams]:
     """`refine` at β when `when` is true, `no_refine` otherwise."""
-    return jax.lax.cond(when, lambda p: refine(p, key, beta), no_refine, pop)
+    used = jax.eval_shape(lambda p: refine(p, key, beta)[2], pop)
+    return jax.lax.cond(when, lambda p: refine(p, key, beta), lambda p: no_refine(p, used), pop)
 
 
 def annealed_log_density(forward: ForwardKernel, resolved: Any, path: AnnealedPath) -> Callable:
@@ -150,6 +154,6 @@ def build_kernel(
         else:
             do_refine = (jnp.asarray(True) if settings.refine_every_step else do_resample) & (k < steps)
             pop, acceptance, used = maybe_refine(pop, k_refine, do_refine, beta, refine)
-        return pop, StepInfo(beta, ess, do_resample, acceptance, used)
+        return pop, StepInfo(beta, ess, do_resample, acceptance, used.step_size)
 
     return step

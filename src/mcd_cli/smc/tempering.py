@@ -82,24 +82,38 @@ def init_state(keys, x0, log_target0, target_grad0):
 def build_tempered_kernel(
     refine: Refine, resample: Resampler, settings: Settings, sharding: Optional[NamedSharding] = None
 ) -> Callable:
-    """The tempered step `(key, population, β, β′, log-likelihoods) -> (population, StepInfo)`:
-    reweight by `(β′ − β) · log-likelihood`, resample when ESS/N falls below `settings.resample`
-    (never at β′ = 1), then refine at β′ (unless β′ = 1) and measure how much the moves moved."""
+    """The tempered step `(key, population, β, β′, log-likelihoods[, resample]) -> (population,
+    StepInfo)`: reweight by `(β′ − β) · log-likelihood`, resample when ESS/N falls below
+    `settings.resample` (or when `resample`, a decision made in advance, says so; never at β′ = 1),
+    then refine at β′ (unless β′ = 1) and measure how much the moves moved."""
 
-    def step(key, pop: Population, beta, beta_new, log_likelihood) -> tuple[Population, StepInfo]:
+    def step(key, pop: Population, beta, beta_new, log_likelihood, resample_now=None) -> tuple[Population, StepInfo]:
         k_resample, k_refine = jax.random.split(key)
         increment = jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (beta_new - beta) * log_likelihood)
         pop = pop._replace(log_w=pop.log_w + increment)
         ess = on_every_device(ess_fraction, sharding)(pop.log_w)
         last = beta_new >= 1.0
-        do_resample = (ess < settings.resample + ESS_ROUNDING) & ~last
+        if resample_now is None:
+            resample_now = ess < settings.resample + ESS_ROUNDING
+        do_resample = resample_now & ~last
         pop = maybe_resample(pop, k_resample, do_resample, resample, sharding)
         before = pop.states.position
         pop, acceptance, used = maybe_refine(pop, k_refine, ~last, beta_new, refine)
         correlation = jnp.where(last, jnp.nan, move_correlation(before, pop.states.position, pop.log_w))
-        return pop, StepInfo(beta_new, ess, do_resample, acceptance, used, correlation.astype(pop.log_w.dtype))
+        info = StepInfo(
+            beta_new, ess, do_resample, acceptance, used.step_size, correlation.astype(pop.log_w.dtype), used.inv_mass
+        )
+        return pop, info
 
     return step
+
+
+def log_likelihoods(pop: Population, path: AnnealedPath, sharding: Optional[NamedSharding] = None) -> jax.Array:
+    """`log γ(x) − log π0(x)` at the particles (−inf where not a number): β′ − β times it is a
+    tempered step's incremental log weight."""
+    states = pop.states
+    log_likelihood = states.log_target - jax.vmap(path.initial_log_density)(states.position)
+    return replicate(jnp.where(jnp.isnan(log_likelihood), -jnp.inf, log_likelihood), sharding)
 
 
 def build_kernel(
@@ -114,9 +128,7 @@ def build_kernel(
     tempered = build_tempered_kernel(refine, resample, settings, sharding)
 
     def step(key, pop: Population, beta) -> tuple[Population, StepInfo]:
-        states = pop.states
-        log_likelihood = states.log_target - jax.vmap(path.initial_log_density)(states.position)
-        log_likelihood = replicate(jnp.where(jnp.isnan(log_likelihood), -jnp.inf, log_likelihood), sharding)
+        log_likelihood = log_likelihoods(pop, path, sharding)
         beta_new = on_every_device(lambda *a: next_beta(*a, settings.target_ess), sharding)(
             beta, pop.log_w, log_likelihood
         )
