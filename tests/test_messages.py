@@ -57,7 +57,7 @@ def _verdicts() -> dict:
     e = s.smc_estimate(0.0, np.zeros(256), np.arange(256), 0)
     runs = [s.smc_estimate(v, np.zeros(256), np.arange(256), 0) for v in np.log([0.5, 1.5, 0.6, 1.4])]
     out["spread"] = s.merge_runs(runs).reasons
-    out["flags"] = s.population_verdict(s.stationarity_verdict(s.mixing_verdict(e, 0.5), -0.0123, -5.0, 10), 1).reasons
+    out["flags"] = s.population_verdict(s.stationarity_verdict(s.mixing_verdict(e, 0.5), -0.0123, -5.0, 0.0, 10), 1).reasons
     out["pop2"] = s.population_verdict(e, 2).reasons
     r = np.random.default_rng(3)
     nsr = [

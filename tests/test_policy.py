@@ -155,6 +155,19 @@ def test_a_small_population_grows_once_its_moves_are_at_their_cap():
     assert "larger" in why
 
 
+def test_stuck_particles_raise_nothing_but_do_not_stop_the_other_reasons():
+    """`moves_stuck` (a funnel's neck): no rung of adaptive SMC or training moves those particles,
+    so alone it ends the escalation; with a reason that has something left to raise, that part is
+    raised; at the long rung it does not send the run to trained kernels."""
+    first = pol.Effort(15, 0.5, 2048)
+    assert pol.escalate(first, {"moves_stuck"}, _plan())[0] is None
+    raised, _ = pol.escalate(first, {"moves_stuck", "moves_barely_move"}, _plan())
+    assert (raised.moves, raised.trained) == (30, False)
+    long = pol.Effort(15, 0.5, 2048, leapfrog=pol.POLICY_LEAPFROG)
+    raised, why = pol.escalate(long, {"moves_stuck", "moves_barely_move"}, _plan())
+    assert raised is None and "stuck" in why
+
+
 def test_the_effort_carries_the_leapfrog_steps_into_the_run_and_its_description():
     """The first effort takes the run's --leapfrog; an adaptive effort sets it on the stage's sampler
     and says it; the long rung costs its gradients in the time prediction."""

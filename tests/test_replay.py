@@ -44,7 +44,7 @@ def test_replaying_a_runs_own_choices_with_its_key_is_that_run(kernel, num, prec
     rep = run(jax.random.key(1), chosen)
     assert int(rep.steps) == steps
     for a, b in [(out.log_z, rep.log_z), (out.log_w, rep.log_w), (out.particles, rep.particles),
-                 (out.eve, rep.eve), (out.drift[0], rep.drift[0]), (out.drift[1], rep.drift[1]),
+                 (out.eve, rep.eve), (out.drift[0], rep.drift[0]), (out.drift[1], rep.drift[1]), (out.drift[2], rep.drift[2]),
                  (out.trace.beta, rep.trace.beta), (out.trace.step_size, rep.trace.step_size)]:
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # with another key the schedule is the chosen one, the particles are not

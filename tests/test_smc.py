@@ -300,10 +300,48 @@ def test_stationarity_test_passes_exact_draws_and_flags_a_population_off_equilib
     # extra moves widen it, log γ falls, and the test says so.
     assert _stationarity_z(0.7, 0) < -3 * stats.STATIONARITY_WARN
     e = stats.Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
-    flagged = stats.stationarity_verdict(e, -0.5, -4.0, 75)
+    flagged = stats.stationarity_verdict(e, -0.5, -4.0, 0.0, 75)
     assert flagged.status.value == "warn" and flagged.reasons[-1].code == "not_at_equilibrium"
     assert flagged.reasons[-1].params["moves"] == 75
-    assert stats.stationarity_verdict(e, 0.01, 2.9, 75) is e
+    assert stats.stationarity_verdict(e, 0.01, 2.9, 0.005, 75) is e
+
+
+FUNNEL_DIM = 5
+
+
+def _funnel_log_density(x):
+    """Neal's funnel in d = 5: x0 ~ N(0, 3²), x_i ~ N(0, e^{x0})."""
+    return norm.logpdf(x[0], 0.0, 3.0) + jnp.sum(norm.logpdf(x[1:], 0.0, jnp.exp(0.5 * x[0])))
+
+
+@jax.jit
+def _funnel_stuck(key):
+    """The stationarity test's stuck weight on 4,000 exact draws of the funnel."""
+    _, settings = smc_kernels(SamplerConfig(backward="ais", refine="hmc", leapfrog=3))
+    evaluate = jax.value_and_grad(_funnel_log_density)
+    k0, k1, k2 = jax.random.split(key, 3)
+    x0 = 3.0 * jax.random.normal(k0, (4000, 1))
+    x = jnp.concatenate([x0, jnp.exp(0.5 * x0) * jax.random.normal(k1, (4000, FUNNEL_DIM - 1))], axis=1)
+    value, grad = jax.vmap(evaluate)(x)
+    pop = smc.Population(
+        ULAState(x, value, grad), jnp.zeros(4000), jnp.zeros(()), jnp.arange(4000),
+        jnp.zeros((), jnp.int32), RefineParams(jnp.asarray(0.05), jnp.ones(FUNNEL_DIM)),
+    )
+    path = AnnealedPath(jnp.zeros(1), jnp.array([0.0, 1.0]), jnp.zeros(FUNNEL_DIM), jnp.ones(FUNNEL_DIM))
+    return smc.stationarity(pop, k2, hmc.KERNEL, path, evaluate, settings)[2]
+
+
+def test_stationarity_finds_the_particles_a_funnels_neck_holds_stuck():
+    """Exact draws, so no drift to see; but the step size that suits most of the funnel (0.05:
+    mean acceptance 0.69, where adaptation puts it) rejects nearly every move in its neck (x0 ≪ 0,
+    scale e^{x0/2}): those particles carry 16 % of the weight, far more than `STUCK_WARN`. Exact
+    draws of a Gaussian leave none stuck."""
+    stuck = float(_funnel_stuck(jax.random.key(0)))
+    assert stuck > 4 * stats.STUCK_WARN, stuck
+    assert float(_stationarity(jax.random.key(0), jnp.float32(1.0))[2]) == 0.0
+    e = stats.Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
+    flagged = stats.stationarity_verdict(e, 0.0, 0.5, stuck, 75)
+    assert flagged.status.value == "warn" and [r.code for r in flagged.reasons] == ["moves_stuck"]
 
 
 def test_next_beta_hits_the_target_conditional_ess():

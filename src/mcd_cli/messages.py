@@ -80,6 +80,12 @@ _TEXTS: dict[str, Union[str, Callable[..., str]]] = {
         f"mean log density by {drift:+.3g} ({abs(z):.0f} standard errors), so the estimate is biased "
         f"by more than its standard error shows; {_MOVES}, or more --samples"
     ),
+    "moves_stuck": lambda fraction, moves: (
+        f"{100 * fraction:.2g} % of the final particles' weight sits where {moves} more refinement moves at β = 1 "
+        "accepted almost nothing (under 5 %): one step size cannot suit every region of this target (a funnel's "
+        "neck), so those regions are represented by too few particles and the estimate can be biased far beyond "
+        "its standard error; a reparameterisation (non-centred scales) or a better-placed --init"
+    ),
     "repeats_disagree": lambda replicate_stderr, delta_stderr, z: (
         f"repeats scatter {'more' if z > 0 else 'less'} than each run claims: replicate SE "
         f"{replicate_stderr:.3g} vs delta SE {delta_stderr:.3g} ({abs(z):.1f} combined sd apart)"

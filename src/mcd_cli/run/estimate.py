@@ -95,10 +95,10 @@ def estimate_smc(
     )
 
 
-def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float]]:
+def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float, float]]:
     """The populations' stationarity tests (`smc.stationarity`) pooled: the mean drift of log γ
-    over the populations and its z score (their standard errors combined as independent); None
-    when the runs made no refinement moves."""
+    over the populations, its z score (their standard errors combined as independent) and the mean
+    weight of their stuck particles; None when the runs made no refinement moves."""
     if outputs[0].drift is None:
         return None
     m = np.array([float(o.drift[0]) for o in outputs])
@@ -106,7 +106,8 @@ def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float]]:
     se = np.where(z != 0, np.abs(m / np.where(z != 0, z, 1.0)), 0.0)
     pooled_se = math.sqrt(float(np.sum(se * se))) / len(m)
     mean = float(np.mean(m))
-    return mean, (mean / pooled_se if pooled_se > 0 else 0.0)
+    stuck = float(np.mean([float(o.drift[2]) for o in outputs]))
+    return mean, (mean / pooled_se if pooled_se > 0 else 0.0), stuck
 
 
 def estimate_populations(
@@ -187,6 +188,7 @@ def estimate_populations(
         "median_move_correlation": mixing,
         "stationarity_drift": None if drift is None else drift[0],
         "stationarity_z": None if drift is None else drift[1],
+        "stuck_particles": None if drift is None else drift[2],
         "stationarity_moves": extra_moves,
         "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
         "log_z_is": None,

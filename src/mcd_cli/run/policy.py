@@ -46,6 +46,10 @@ SMALL = frozenset({
     "stderr_spread_larger", "stderr_from_spread", "populations_scatter", "nonfinite_weights",
 })
 
+# Particles stuck where the moves' step size cannot reach (a funnel's neck): no effort of adaptive
+# SMC moves them (more or longer moves of the same step size), nor did training (docs/method.md).
+STUCK = frozenset({"moves_stuck"})
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -158,9 +162,11 @@ def escalate(
     of no family, go to trained kernels; heavy-tailed weights or small populations at their caps
     are left to the final run's verdict (None), since training never lightened them where it was
     measured (student_t3, funnel, nice_mnist: k̂ still above 0.5 after 100–530 s of training;
-    docs/method.md)."""
+    docs/method.md). Stuck particles (`STUCK`) raise nothing: once the other reasons have nothing
+    left to raise, the final run is made at the effort reached."""
     cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
     moves, ess, population, leapfrog = effort.moves, effort.target_ess, effort.population, effort.leapfrog
+    stuck, codes = bool(codes & STUCK), set(codes) - STUCK
     why = []
     mixing = bool(codes & MIXING) and leapfrog < POLICY_LEAPFROG and not moves_stalled
     more_moves = mixing and moves < POLICY_MAX_MOVES and not too_short
@@ -179,6 +185,8 @@ def escalate(
         population, why = min(2 * population, cap), why + ["populations too small to measure: larger ones"]
     if why and not effort.trained:
         return Effort(moves, ess, population, leapfrog=leapfrog), "; ".join(why)
+    if stuck:
+        return None, "particles stuck where no step size of these moves reaches: nothing left to raise"
     if not effort.trained and (codes & MIXING or not codes <= DEGENERATE | SMALL):
         stalled = "more moves stopped helping the moves mix; " if moves_stalled and codes & MIXING else ""
         return Effort(moves, ess, population, trained=True, leapfrog=leapfrog), (

@@ -108,6 +108,30 @@ def preconditioner(pop: Population, kernel: RefineKernel, settings: Settings, ad
     return weighted_variance(pop) if adapt else pop.refine.inv_mass
 
 
+def move_population(
+    pop: Population,
+    key: jax.Array,
+    beta: jax.Array,
+    kernel: RefineKernel,
+    path: AnnealedPath,
+    evaluate: Callable,
+    moving: RefineParams,
+    settings: Settings,
+    sharding: Optional[NamedSharding] = None,
+) -> tuple[jax.Array, jax.Array]:
+    """`settings.refine_steps` moves of every particle at β with the parameters `moving`: the
+    moved states and every move's acceptance probability, (moves, N)."""
+
+    def one_move(states, move_key):
+        keys = shard(jax.random.split(move_key, pop.log_w.shape[0]), sharding)
+        states, accept = jax.vmap(
+            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
+        )(keys, states)
+        return shard(states, sharding), accept
+
+    return jax.lax.scan(one_move, pop.states, jax.random.split(key, settings.refine_steps))
+
+
 def refine_population(
     pop: Population,
     key: jax.Array,
@@ -132,16 +156,8 @@ def refine_population(
     if adapt:
         params = params._replace(inv_mass=weighted_variance(pop))
     moving = params._replace(inv_mass=preconditioner(pop, kernel, settings, adapt))
-
-    def one_move(states, move_key):
-        keys = shard(jax.random.split(move_key, pop.log_w.shape[0]), sharding)
-        states, accept = jax.vmap(
-            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
-        )(keys, states)
-        return shard(states, sharding), jnp.mean(accept)
-
-    states, accepts = jax.lax.scan(one_move, pop.states, jax.random.split(key, settings.refine_steps))
-    acceptance = jnp.mean(accepts)
+    states, accepts = move_population(pop, key, beta, kernel, path, evaluate, moving, settings, sharding)
+    acceptance = jnp.mean(jnp.mean(accepts, axis=1))  # each move's mean, then their mean
     if adapt:
         factor = jnp.exp(jnp.clip(ADAPT_RATE * (acceptance - kernel.target_acceptance), -1.0, 1.0))
         params = params._replace(step_size=params.step_size * factor)

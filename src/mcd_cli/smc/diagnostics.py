@@ -24,6 +24,9 @@ from mcd_cli.smc.state import Population, Settings, normalised
 # that is more (`stationarity_moves`).
 STATIONARITY_MOVES = 20
 STATIONARITY_TEMPERATURES = 5
+# A particle whose moves at β = 1 accepted less than STUCK_ACCEPTANCE on average over the test's
+# moves is stuck: the step size that suits the rest of the population does not suit where it is.
+STUCK_ACCEPTANCE = 0.05
 
 
 def move_correlation(before: jax.Array, after: jax.Array, log_w: jax.Array) -> jax.Array:
@@ -76,9 +79,11 @@ def stationarity(
     evaluate: Callable,
     settings: Settings,
     sharding: Optional[NamedSharding] = None,
-) -> tuple[jax.Array, jax.Array]:
-    """Is the final population at equilibrium? `(m, z)`: the weighted mean change `m` of log γ(x)
-    over `stationarity_moves(settings.refine_steps)` refinement moves at β = 1, and `z = m / se(m)`.
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Is the final population at equilibrium? `(m, z, stuck)`: the weighted mean change `m` of
+    log γ(x) over `stationarity_moves(settings.refine_steps)` refinement moves at β = 1, `z = m /
+    se(m)`, and the weight of the particles whose moves accepted less than `STUCK_ACCEPTANCE` on
+    average.
 
     A γ-invariant kernel leaves E_γ[log γ(x)] unchanged, so a population that represents γ shows
     no drift beyond noise. One that the moves have not mixed (a funnel's neck never entered, a
@@ -89,16 +94,22 @@ def stationarity(
     `se = sqrt(Σ w_i² (Δ_i − m)²)` treats the particles as independent; duplicates from the last
     resampling could make it somewhat small; runs that were right and exact draws stay well below
     `stats.STATIONARITY_WARN` (docs/method.md).
+    Stuck particles are what a drift cannot show: where one step size cannot suit every region of
+    γ (a funnel's neck), the particles there reject nearly every move, so they neither drift nor
+    spread, and the region's mass is represented by too few of them (docs/method.md, "Stuck moves").
     """
     extra = settings._replace(refine_steps=stationarity_moves(settings.refine_steps))
     one = jnp.ones((), pop.log_w.dtype)
-    moved, _, _ = adaptation.refine_population(pop, key, one, kernel, path, evaluate, extra, True, sharding)
-    delta = replicate(moved.states.log_target - pop.states.log_target, sharding)
+    params = pop.refine._replace(inv_mass=adaptation.weighted_variance(pop))
+    moving = params._replace(inv_mass=adaptation.preconditioner(pop, kernel, extra, True))
+    states, accepts = adaptation.move_population(pop, key, one, kernel, path, evaluate, moving, extra, sharding)
+    delta = replicate(states.log_target - pop.states.log_target, sharding)
     w = normalised(pop.log_w)
+    stuck = jnp.sum(jnp.where(replicate(jnp.mean(accepts, axis=0), sharding) < STUCK_ACCEPTANCE, w, 0.0))
     finite = jnp.isfinite(delta) & (w > 0)
     delta = jnp.where(finite, delta, 0.0)
     w = jnp.where(finite, w, 0.0)
     w = w / jnp.maximum(jnp.sum(w), jnp.finfo(w.dtype).tiny)
     m = jnp.sum(w * delta)
     se = jnp.sqrt(jnp.sum(w * w * (delta - m) ** 2))
-    return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0)
+    return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0), stuck

@@ -135,7 +135,7 @@ class SMCOutput(NamedTuple):
     steps: jax.Array  # steps taken (K; adaptive: the outcome)
     trace: Trace
     # `stationarity`: (mean change of log γ over `stationarity_moves` extra moves at β = 1, its z
-    # score); None without refinement moves
+    # score, the weight of the particles those moves left stuck); None without refinement moves
     drift: Any = None
     # the final particles' positions in the sampler's space, (N, d): with `log_w` they are the
     # population's weighted draws from the target (`run.draws` makes posterior draws of them)

@@ -51,6 +51,7 @@ from mcd_cli.stats.smc import (
     MIXING_BAD,
     MIXING_WARN,
     STATIONARITY_WARN,
+    STUCK_WARN,
     genealogy_relative_variance,
     merge_runs,
     mixing_verdict,
@@ -63,7 +64,7 @@ from mcd_cli.stats.smc import (
 __all__ = [
     "AllWeightsNonFinite", "CODES", "Combined", "DataSummary", "ESS_MIN", "ESS_WARN", "Estimate", "GAP_MARGIN",
     "HISTOGRAM_BINS", "HISTOGRAM_SPAN", "MAX_RELATIVE_STDERR", "MIN_POPULATIONS", "MIXING_BAD", "MIXING_WARN",
-    "NONFINITE_MAX_FRAC", "PARETO_K_BAD", "PARETO_K_WARN", "PARETO_MIN_TAIL", "Reason", "STATIONARITY_WARN",
+    "NONFINITE_MAX_FRAC", "PARETO_K_BAD", "PARETO_K_WARN", "PARETO_MIN_TAIL", "Reason", "STATIONARITY_WARN", "STUCK_WARN",
     "STDERR_DISAGREE_Z", "STDERR_WILD_Z", "Status", "WeightSummary", "combine", "combine_estimates",
     "delta_stderr_uncertainty", "ess_floor", "genealogy_relative_variance", "merge_runs", "mixing_verdict",
     "pareto_k", "pareto_k_limit", "population_spread", "population_verdict", "scoped", "smc_estimate",

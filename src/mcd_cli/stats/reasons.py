@@ -59,6 +59,7 @@ CODES: dict[str, tuple[str, ...]] = {
     # The moves of adaptive tempering and the final population (`smc`):
     "moves_barely_move": ("correlation",),
     "not_at_equilibrium": ("moves", "drift", "z"),
+    "moves_stuck": ("fraction", "moves"),
     # Repeats (`repeats.combine_estimates`):
     "repeats_disagree": ("replicate_stderr", "delta_stderr", "z"),
     # The default policy (`run.policy`): the final run's effort had an `unreliable` pilot.
