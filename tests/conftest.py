@@ -2,7 +2,9 @@
 
 Compilation dominates the cost of these tests, so the settings are tiny (d = 2, K = 2, a few
 iterations, 64 samples) and most runs use `--iterations 0` (no training step to compile).
-Subprocesses share a persistent JAX compilation cache for the session.
+The tests and their subprocesses share a persistent JAX compilation cache for the run
+(`persistent_compile_cache`): a program compiled by one test is loaded, not compiled, by the next
+test that makes it, so tests that run the same small settings on the same tiny targets pay once.
 """
 
 from __future__ import annotations
@@ -39,9 +41,68 @@ initial: {mean: 0.0, scale: 1.0}
 """
 
 
+# The persistent compilation cache of a test run: programs that took at least this long to compile
+# are kept (most of the small ones compile faster than they are looked up and written), and the
+# cache has a size limit, which turns on its file lock: pytest-xdist's workers share it.
+CACHE_MIN_COMPILE_SECONDS = 0.1
+CACHE_MAX_BYTES = 8 << 30
+
+
 @pytest.fixture(scope="session")
 def compile_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("jax-cache")
+    """The run's persistent compilation cache: one folder for the whole run, shared by the workers
+    of `pytest -n` (each works in a folder of the run's own, `getbasetemp()`) and the subprocesses."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+PERSISTENT_CACHE_OPTIONS = (
+    "jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size",
+)
+
+
+def set_persistent_cache(values: dict) -> None:
+    """Sets the persistent compilation cache's options in this process, and makes JAX take them
+    (the cache is set up once per process: `reset_cache` sets it up again)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    for name, value in values.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def persistent_compile_cache(compile_cache):
+    """The session's persistent compilation cache (the subprocesses' one), in this process too.
+
+    Many tests run the same tiny settings on the same tiny targets, and a target loaded again (every
+    command-line run loads its own) compiles to the same programs under new Python functions, which
+    JAX's in-memory caches do not recognise: the persistent cache does, so each distinct program is
+    compiled once per session. A test that needs fresh compilations turns it off
+    (`no_persistent_cache`)."""
+    import jax
+
+    before = {name: getattr(jax.config, name) for name in PERSISTENT_CACHE_OPTIONS}
+    set_persistent_cache(
+        dict(zip(PERSISTENT_CACHE_OPTIONS, (str(compile_cache), CACHE_MIN_COMPILE_SECONDS, 0, CACHE_MAX_BYTES)))
+    )
+    yield
+    set_persistent_cache(before)
+
+
+@pytest.fixture
+def no_persistent_cache():
+    """The persistent compilation cache off for one test: every compilation is a fresh one."""
+    import jax
+
+    before = {name: getattr(jax.config, name) for name in PERSISTENT_CACHE_OPTIONS}
+    set_persistent_cache({"jax_compilation_cache_dir": None})
+    yield
+    set_persistent_cache(before)
 
 
 @pytest.fixture
@@ -67,8 +128,9 @@ def subprocess_env(cache: Path) -> dict:
     env = dict(os.environ)
     env.update(
         JAX_COMPILATION_CACHE_DIR=str(cache),
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(CACHE_MIN_COMPILE_SECONDS),
         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        JAX_COMPILATION_CACHE_MAX_SIZE=str(CACHE_MAX_BYTES),
         JAX_PLATFORMS="cpu",
         PYTHONUNBUFFERED="1",
     )

@@ -87,21 +87,24 @@ def test_batched_backward_scoring_gives_the_same_weights_and_gradients(sampler):
     def loss(p, batched):
         return jnp.mean(annealing.log_weights(jax.random.key(1), p, target, config, 16, batch_backward=batched))
 
-    v0, g0 = jax.value_and_grad(loss)(params, False)
-    v1, g1 = jax.value_and_grad(loss)(params, True)
+    # Compiled, as training runs it (op by op, the gradient compiled a few hundred small programs).
+    value_and_grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+    v0, g0 = value_and_grad(params, False)
+    v1, g1 = value_and_grad(params, True)
     assert float(v1) == pytest.approx(float(v0), rel=1e-6)
     for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6 * float(jnp.max(jnp.abs(a)) + 1))
 
 
-def test_the_compiled_chunk_takes_the_network_as_an_argument_not_a_constant():
+def test_the_compiled_chunk_takes_the_network_as_an_argument_not_a_constant(no_persistent_cache):
     """An untrained MCD network (output layer zero) gives exactly the AIS weights, also in a chunk
     of 2,048 particles. XLA on the CPU (jaxlib 0.10.2) miscompiles a vmapped product with an
     all-zero matrix that is a compile-time constant once the batch reaches about 2,048 rows: about
     every other compilation returned garbage (−inf, ±1e30) for every particle. The estimators pass
     the parameters to the compiled function as arguments, where it does not happen; this test
     fails if a compiled entry point ever closes over them. Six fresh compilations, since a bad one
-    was about one in two (a copy of the chunk that closes over the parameters failed 2 of 4)."""
+    was about one in two (a copy of the chunk that closes over the parameters failed 2 of 4); the
+    session's persistent compilation cache is off here, or it would hand back the first one."""
     target = Target.create(lambda x: -0.5 * jnp.sum((x - 0.5) ** 2), dim=3)
     mcd = SamplerConfig(sampler="ula", backward="mcd", steps=6, hidden=32)
     ais = SamplerConfig(sampler="ula", backward="ais", steps=6)

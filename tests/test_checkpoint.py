@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
+import subprocess
+import sys
+import time
 import zipfile
 
 import jax
@@ -157,21 +159,38 @@ def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypa
     assert [p.name for p in tmp_path.iterdir()] == ["p.npz"]  # no temporary file left behind
 
 
-def _append_many(path: str, worker: int, count: int) -> None:
-    for i in range(count):
-        files.append_line(path, json.dumps({"worker": worker, "i": i, "pad": "x" * (500 + 37 * worker)}))
+# A writer process: `files.append_line` without the package's `__init__` (JAX and the rest: seconds
+# per process). It says it is ready, then waits for the go file, so that the four writers append at
+# the same time (lines written in two pieces, say, interleave here).
+_APPEND_MANY = """
+import json, os, sys, types
+package = types.ModuleType("mcd_cli")
+package.__path__ = [sys.argv[1]]
+sys.modules["mcd_cli"] = package
+from mcd_cli import files
+path, go, worker, count = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+open(go + "-ready-" + str(worker), "w").close()
+while not os.path.exists(go):
+    pass
+for i in range(count):
+    files.append_line(path, json.dumps({"worker": worker, "i": i, "pad": "x" * (500 + 37 * worker)}))
+"""
 
 
 def test_concurrent_appends_never_interleave(tmp_path):
-    path = tmp_path / "out.jsonl"
+    path, go = tmp_path / "out.jsonl", tmp_path / "go"
     path.write_text('{"first": 1}\n')
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_append_many, args=(str(path), w, 100)) for w in range(4)]
+    package = os.path.dirname(files.__file__)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _APPEND_MANY, package, str(path), str(go), str(w), "100"])
+        for w in range(4)
+    ]
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("go-ready-*"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
     for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+        assert p.wait(60) == 0
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[0] == {"first": 1} and len(lines) == 401
     for w in range(4):

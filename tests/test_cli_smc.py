@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import NO_TRAIN, one_line_error, records
+from golden_cases import CASES
 
 ADAPTIVE = ["--backward", "ais", "--iterations", "0", "--resample", "0.5", "--refine", "mala",
             "--schedule", "adaptive", "--samples", "256"]
@@ -44,7 +45,9 @@ def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
 
 
 def test_the_default_estimate_is_trained_kernels_inside_smc_with_hmc_moves(mcd, gauss_yaml):
-    code, out, err = mcd(["estimate", gauss_yaml, "--steps", "4", "--iterations", "20", "--samples", "1024", "--json"])
+    # The run of the golden case smc_ula_mcd (gmm8, d = 2: no method option, so the default method),
+    # whose compiled programs the session's persistent compilation cache shares with it.
+    code, out, err = mcd([*CASES["smc_ula_mcd"], "--json"])
     assert code == 0, err
     (rec,) = records(out)
     assert rec["label"] == "ULA-MCD+SMC" and rec["config"]["resample"] == 0.5 and rec["config"]["refine"] == "hmc"

@@ -373,8 +373,10 @@ def test_per_datum_run_checkpoints_and_resumes_to_the_uninterrupted_records(tmp_
     """Interrupted after its second datum, a checkpointed amortised run resumes from its saved training
     state and data log: the resumed run emits only the rest, and every record equals an uninterrupted run's."""
     target = linear_gaussian(4)
-    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=3, hidden=8, blocks=1, context_dim=target.context_dim)
-    base = dict(tconf=TrainConfig(iterations=10, batch_size=16), amortise=True, num_samples=256)
+    # The sampler, training and sample size of test_amortised_per_datum_estimates_match_the_closed_form:
+    # its compiled programs (the session's persistent compilation cache holds them).
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, blocks=1, context_dim=target.context_dim)
+    base = dict(tconf=TrainConfig(iterations=10, batch_size=32), amortise=True, num_samples=4096)
     whole_rows: list[dict] = []
     whole = perdatum.execute(
         perdatum.PerDatumPlan(target, sconf, **base), lambda r: whole_rows.append(r.as_dict())

@@ -445,9 +445,13 @@ def test_a_final_run_trains_as_its_pilot_did_and_estimates_with_its_own_keys():
     from mcd_cli.targets import load_target
 
     target = load_target("gmm8", {"dim": "2"})
-    sconf = SamplerConfig(steps=4, hidden=8, resample=0.5, refine="hmc", refine_steps=2)
-    tconf = TrainConfig(iterations=6, batch_size=8, chunk=3)
-    base = run.RunPlan(target=target, sconf=sconf, tconf=tconf, num_samples=256, seed=3)
+    # The sampler, training and size of test_same_record's library plans (the golden case
+    # smc_ula_mcd's), whose compiled programs the session's persistent compilation cache holds. The
+    # estimate is importance sampling: a stage's estimation keys are its own whatever the method
+    # (`run.execute.one_repeat`); the training is one chunk (one compilation).
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, step_size="pilot", unroll=1)
+    tconf = TrainConfig(iterations=20, batch_size=16)
+    base = run.RunPlan(target=target, sconf=sconf, tconf=tconf, num_samples=1024, seed=3)
     pilot = run.execute(dataclasses.replace(base, stage=0))
     final = run.execute(dataclasses.replace(base, stage=1, train_stage=0))
     alone = run.execute(dataclasses.replace(base, stage=1))

@@ -1,6 +1,7 @@
 """Training with SMC in the loop (`smc.segments`, `--train-with smc`): the per-segment loss, its
 gradient against a closed form, and the options around it."""
 
+import functools
 import math
 
 import jax
@@ -44,9 +45,12 @@ def _segment_loss(sizes, key, threshold, num=20_000, objective=objectives.elbo):
     return loss, (elbo, info)
 
 
+# The threshold is traced: the runs with and without resampling share one compilation.
+_GRAD = jax.jit(jax.value_and_grad(_segment_loss, has_aux=True))
+
+
 def _gradients(threshold, seeds=8):
-    grad = jax.jit(jax.value_and_grad(_segment_loss, has_aux=True), static_argnums=2)
-    out = [grad(DELTAS, jax.random.key(s), threshold) for s in range(seeds)]
+    out = [_GRAD(DELTAS, jax.random.key(s), jnp.float32(threshold)) for s in range(seeds)]
     grads = np.array([np.asarray(g) for _, g in out])
     return grads, [aux for (_, aux), _ in out], [float(loss) for (loss, _), _ in out]
 
@@ -83,22 +87,25 @@ def test_without_resampling_it_is_the_importance_samplers_gradient():
 def test_segments_follow_the_ess():
     """A threshold between 0 and 1 resamples at some steps and not at others; the last step always
     closes a segment, and the per-slot sums stay finite."""
-    _, (elbo, info) = _segment_loss(DELTAS, jax.random.key(3), 0.97, num=4096)
+    (_, (elbo, info)), _ = _GRAD(DELTAS, jax.random.key(3), jnp.float32(0.97))  # compiled above
     assert 1 < int(info["segments"]) < K
     assert np.all(np.isfinite(np.asarray(elbo)))
 
 
 def _problem(sampler="ula"):
     target = Target.create(lambda x: -0.5 * jnp.sum((x - 1.0) ** 2 / 0.3), dim=3)
-    sconf = SamplerConfig(sampler=sampler, backward="mcd", steps=4, hidden=8, resample=0.5)
+    sconf = SamplerConfig(sampler=sampler, backward="mcd", steps=4, hidden=8, blocks=1, resample=0.5)
     return target, sconf, annealing.init_params(jax.random.key(0), target, sconf)
 
 
 def test_batch_loss_with_smc_in_the_loop_for_both_objectives():
     target, sconf, params = _problem()
     for name in ("elbo", "logvar"):
-        value, per_slot = training.batch_loss(params, jax.random.key(1), target, sconf, 32, name, train_with="smc")
-        grads = jax.grad(lambda p: training.batch_loss(p, jax.random.key(1), target, sconf, 32, name, train_with="smc")[0])(params)
+        # The value and its gradient in one compiled program, as training takes them (op by op,
+        # the two compiled many small programs each).
+        loss = functools.partial(training.batch_loss, key=jax.random.key(1), target=target, sconf=sconf,
+                                 batch_size=32, objective=name, train_with="smc")
+        (value, per_slot), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
         assert np.isfinite(float(value)) and per_slot.shape == (32,)
         assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
     # The score network's last layer starts at zero, so MCD starts as AIS; the loss moves it.
@@ -107,7 +114,9 @@ def test_batch_loss_with_smc_in_the_loop_for_both_objectives():
     uha_target, uha_conf, uha_params = _problem("uha")
     with pytest.raises(ValueError, match="fixed points"):
         training.batch_loss(uha_params, jax.random.key(1), uha_target, uha_conf, 8, "logvar", train_with="smc")
-    value, _ = training.batch_loss(uha_params, jax.random.key(1), uha_target, uha_conf, 32, "elbo", train_with="smc")
+    value, _ = jax.jit(
+        lambda p: training.batch_loss(p, jax.random.key(1), uha_target, uha_conf, 32, "elbo", train_with="smc")
+    )(uha_params)
     assert np.isfinite(float(value))
 
 

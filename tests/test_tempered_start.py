@@ -46,14 +46,17 @@ def test_tempered_needs_a_learned_schedule():
 
 
 def test_schedule_tempered_and_training_with_smc_from_the_command_line(mcd, gauss_yaml):
-    """One small run of both options (`--train-with smc`: tests/test_segments.py)."""
+    """One small run of both options (`--train-with smc`: tests/test_segments.py, with MCD). AIS's
+    schedule and step sizes are what trains here, and the SMC makes no moves (`--refine none`): an
+    MCD network and HMC moves would only add compilation."""
     code, out, err = mcd([
-        "estimate", gauss_yaml, "--schedule", "tempered", "--train-with", "smc", "--backward", "mcd",
-        "--iterations", "5", "--steps", "8", "--resample", "0.5", "--samples", "256", "--json", "--seed", "0",
+        "estimate", gauss_yaml, "--schedule", "tempered", "--train-with", "smc", "--backward", "ais",
+        "--refine", "none", "--iterations", "5", "--steps", "8", "--resample", "0.5", "--samples", "256", "--json",
+        "--seed", "0",
     ])
     assert code == 0, err
     record = json.loads(out.splitlines()[-1])
     assert record["config"]["learn_schedule"] is True and record["config"]["schedule_start"] == "tempered"
-    assert record["config"]["train_with"] == "smc" and np.isfinite(record["log_z"])
+    assert record["config"]["train_with"] == "smc" and np.isfinite(record["log_z"]) and record["iterations"] == 5
     code, _, err = mcd(["estimate", gauss_yaml, "--schedule", "tempered", "--fixed-schedule", "--steps", "8"])
     assert code == 2 and "contradicts" in one_line_error(err)
