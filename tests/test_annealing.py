@@ -79,7 +79,7 @@ def test_batched_backward_scoring_gives_the_same_weights_and_gradients(sampler):
     # Training scores the K transitions in one batched call after the scan (`batch_backward`):
     # the same sum in another order, so values and gradients agree to float32 rounding.
     target = Target.create(lambda x: -0.5 * jnp.sum((x - 1.0) ** 2 / 0.3), dim=3)
-    config = SamplerConfig(sampler=sampler, backward="mcd", steps=6, hidden=8)
+    config = SamplerConfig(sampler=sampler, backward="mcd", steps=6, hidden=8, blocks=1)  # one block: compiles faster
     params = annealing.init_params(jax.random.key(0), target, config)
     # Move the network off its zero output layer, so MCD differs from AIS.
     params = jax.tree.map(lambda a: a + 0.05 * jax.random.normal(jax.random.key(3), a.shape, a.dtype), params)

@@ -464,13 +464,18 @@ def test_a_final_run_trains_as_its_pilot_did_and_estimates_with_its_own_keys():
 
 
 def test_compare_runs_the_policy_per_model_and_estimate_reproduces_a_model(mcd, gauss_yaml, tmp_path):
-    other = tmp_path / "wide.yaml"
-    other.write_text(gauss_yaml.read_text().replace("loc: 1.0}", "loc: 1.0, scale: 2.0}"))
-    args = ["--samples", "2048", "--seed", "2", "--json"]
+    # The second model is a copy of the first (the file's name tells them apart): the policy's runs
+    # of this target are compiled once per session (test_estimate_without_method_options...), and the
+    # models differ by their keys only, so a model run with another model's key shows.
+    other = tmp_path / "copy.yaml"
+    other.write_text(gauss_yaml.read_text())
+    args = ["--samples", "2048", "--seed", "1", "--json"]
     code, out, err = mcd(["compare", str(gauss_yaml), str(other), *args])
     assert code == 0, err
     models = [r for r in records(out) if r.get("kind") == "model"]
     assert len(models) == 2 and all(m["policy"] is not None for m in models)
+    assert [m["target_spec"] for m in models] == [str(gauss_yaml), str(other)]
+    assert models[0]["log_z"] != models[1]["log_z"]  # keys fold_in(key(seed), 0) and 1
     code, out, err = mcd(["estimate", str(other), "--model-index", "1", *args])
     assert code == 0, err
     alone = records(out)[0]
