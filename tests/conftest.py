@@ -22,6 +22,10 @@ from typer.testing import CliRunner
 
 from mcd_cli.cli import app
 
+# The command line's own compilation cache (`mcd_cli.compile_cache`, in the user's home by default)
+# stays off in the tests, which have theirs (`persistent_compile_cache`); its test sets a folder.
+os.environ["MCD_CACHE_DIR"] = "off"
+
 # Tiny settings: one compiled estimation of d = 2, K = 2 with AIS (no score network), by importance
 # sampling (`--resample 0`): the cheapest run, for tests of the command line's mechanics. The
 # default SMC estimate has its own tests (test_cli_smc.py).

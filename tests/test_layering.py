@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mcd_cli"
 
 # Lowest first. A module may import modules of its own floor and of the floors below it.
 FLOORS: list[tuple[str, ...]] = [
-    ("_version", "errors", "safeyaml", "devices", "files", "checkpoint", "resampling", "schedules", "score",
+    ("_version", "compile_cache", "errors", "safeyaml", "devices", "files", "checkpoint", "resampling", "schedules", "score",
      "objectives", "comparison"),
     ("stats",),
     ("targets",),

@@ -133,7 +133,10 @@ class ResultFile:
                 )
         else:
             self.data = {"benchmark": benchmark, "settings": settings, "sessions": [], "cells": {}}
-        self.data["sessions"].append({"command": command_line(), "machine": machine()})
+        # The command line's compilation cache (mcd_cli.compile_cache): runs after the first that
+        # build the same programs load them, so a session's wall times depend on it.
+        cache = os.environ.get("MCD_CACHE_DIR", "default (~/.cache/mcd-cli/jax)")
+        self.data["sessions"].append({"command": command_line(), "machine": machine(), "compile_cache": cache})
         self.session = len(self.data["sessions"]) - 1
 
     def __contains__(self, key: str) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import typer
 
+from mcd_cli import compile_cache
 from mcd_cli._version import __version__
 from mcd_cli.errors import Interrupted, McdError, deferred, os_advice, os_reason
 
@@ -117,6 +118,7 @@ class McdGroup(typer.core.TyperGroup):
         _ARGS = args
         debug = "--debug" in args or bool(os.environ.get("MCD_DEBUG"))
         deferred()  # (left over from an earlier call in this process)
+        compile_cache.enable()  # before anything compiles (JAX sets its cache up once per process)
         try:
             rv = super().main(args, prog_name or "mcd", complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0

@@ -20,7 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from mcd_cli.init.gaussian import _LOG_2PI, Gaussian, InitFit, _check_warning, check_proposal, starting_points
+from mcd_cli.init.gaussian import (
+    _LOG_2PI, Gaussian, InitFit, _batched_log_density, _check_warning, check_proposal, starting_points,
+)
 from mcd_cli.targets.base import Target
 
 NEWTON_DECREMENT_TOL = 1e-2  # `gᵀ H⁻¹ g`: twice the log-density gain a further Newton step promises
@@ -61,14 +63,24 @@ def _mode_finder(target: Target, max_steps: int, gtol: float):
     return jax.jit(jax.vmap(run))
 
 
-def _hessian_diag(target: Target, x: jax.Array) -> jax.Array:
-    """Diagonal of `∇² log γ(x)`, one Hessian-vector product per coordinate."""
+@functools.lru_cache(maxsize=32)
+def _derivatives(target: Target):
+    """Jitted `∇ log γ`, `∇² log γ` and the Hessian's diagonal at one point: compiled once per target
+    (run op by op, the full Hessian of a 32-d time-series model took 5.5 s; jitted, 0.6 s)."""
     grad = jax.grad(target.log_density)
 
-    def one(e):
-        return jnp.vdot(e, jax.jvp(grad, (x,), (e,))[1])
+    def hessian_diag(x):  # one Hessian-vector product per coordinate
+        def one(e):
+            return jnp.vdot(e, jax.jvp(grad, (x,), (e,))[1])
 
-    return jax.lax.map(one, jnp.eye(x.shape[0], dtype=x.dtype), batch_size=64)
+        return jax.lax.map(one, jnp.eye(x.shape[0], dtype=x.dtype), batch_size=64)
+
+    return jax.jit(grad), jax.jit(jax.hessian(target.log_density)), jax.jit(hessian_diag)
+
+
+def _hessian_diag(target: Target, x: jax.Array) -> jax.Array:
+    """Diagonal of `∇² log γ(x)`, one Hessian-vector product per coordinate."""
+    return _derivatives(target)[2](x)
 
 
 def laplace(
@@ -122,10 +134,11 @@ def laplace(
     best = int(np.nanargmax(np.where(np.isfinite(values), values, -np.inf)))
     mode = ends[best]
     value = float(values[best])
-    grad = np.asarray(jax.grad(target.log_density)(mode), dtype=np.float64)
+    grad_fn, hessian_fn, _ = _derivatives(target)
+    grad = np.asarray(grad_fn(mode), dtype=np.float64)
 
     if cov == "full":
-        hessian = np.asarray(jax.hessian(target.log_density)(mode), dtype=np.float64)
+        hessian = np.asarray(hessian_fn(mode), dtype=np.float64)
         precision = -0.5 * (hessian + hessian.T)
         eig = np.linalg.eigvalsh(precision) if np.all(np.isfinite(precision)) else np.array([np.nan])
         definite = bool(np.all(eig > 0))
@@ -183,7 +196,7 @@ def _barrier(target: Target, a: np.ndarray, b: np.ndarray, points: int = 17) -> 
     """How far `log γ` dips below the lower of its two end values on the segment from a to b."""
     t = np.linspace(0.0, 1.0, points)[:, None]
     line = jnp.asarray((1.0 - t) * a + t * b, dtype=jnp.result_type(float))
-    values = np.asarray(jax.vmap(target.log_density)(line), dtype=np.float64)
+    values = np.asarray(_batched_log_density(target)(line), dtype=np.float64)
     if not np.all(np.isfinite(values)):
         return math.inf
     return float(min(values[0], values[-1]) - values.min())
