@@ -311,6 +311,28 @@ def test_dimension_too_large_for_memory_is_refused_before_starting(mcd, gauss_ya
     assert "not enough memory" in one_line_error(err)
 
 
+def test_the_memory_estimate_counts_the_tempering_record_and_the_posterior_draws():
+    """Adaptive tempering's per-step record holds a d × d preconditioner per step where HMC may use
+    the dense one (d ≤ 64), d numbers otherwise; `--posterior` keeps every final position."""
+    import jax.numpy as jnp
+
+    from mcd_cli import run
+    from mcd_cli.config import SamplerConfig, TrainConfig
+    from mcd_cli.targets import Target
+
+    def need(dim, refine, draws=False):
+        target = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=dim)
+        sconf = SamplerConfig(backward="ais", adaptive=True, refine=refine, resample=0.5, max_steps=500)
+        plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0), num_samples=4096,
+                           particles=1024, draws=draws)
+        return run.memory_needed(plan)
+
+    hmc, mala = need(64, "hmc"), need(64, "mala")
+    assert hmc["estimation"] - mala["estimation"] == pytest.approx(2 * 500 * (64 * 64 - 64) * 4)
+    assert need(65, "hmc")["estimation"] - need(65, "mala")["estimation"] == 0.0  # diagonal above 64
+    assert need(64, "hmc", draws=True)["host"] - hmc["host"] == 4096 * 64 * 4
+
+
 # --------------------------------------------------------------------------------------------
 # 5. Concurrency: array jobs appending to one results file
 

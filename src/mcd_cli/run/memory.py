@@ -13,6 +13,7 @@ from mcd_cli import devices
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry
 from mcd_cli.run.plan import RunPlan, sharded_population
+from mcd_cli.smc import adaptation
 
 
 def available_memory() -> Optional[int]:
@@ -93,12 +94,36 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
     estimation /= count
     if s.smc and count > 1:  # the kernel's state and the cached log γ, ∇log γ of every particle
         estimation += float(chunk) * (state + target.dim + 1) * itemsize
+    estimation += tempering_record(plan)
+    # --posterior keeps every population's final positions on the host until they are written.
+    draws = float(plan.num_samples) * target.dim * itemsize if plan.draws else 0.0
     return {
         "training": training,
         "estimation": estimation,
         "parameters": 8.0 * param_count * itemsize,
-        "host": 8.0 * plan.num_samples + 8.0 * t.iterations,
+        "host": 8.0 * plan.num_samples + 8.0 * t.iterations + draws,
     }
+
+
+def tempering_record(plan: RunPlan) -> float:
+    """Bytes of adaptive tempering's per-step record, held twice (the tuning population's
+    `smc.Tempering`, replayed by every population, and a run's trace): at each of up to
+    `max_steps` steps a β, a resampling flag, a step size and the preconditioner, a d × d factor
+    where the dense one may be used (`smc.adaptation.DENSE_MAX_DIM`: 16 MiB each at d = 64), else
+    d numbers.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> sconf = S(smc=True, adaptive=True, refine="hmc", max_steps=1000)
+        >>> round(tempering_record(S(sconf=sconf, target=S(dim=64), x64=False)) / 2**20, 1)  # MiB
+        31.3
+    """
+    s, dim = plan.sconf, plan.target.dim
+    if not (s.smc and s.adaptive):
+        return 0.0
+    dense = s.refine in adaptation.DENSE_KERNELS and dim <= adaptation.DENSE_MAX_DIM
+    per_step = (dim * dim if dense else dim) + 3
+    return 2.0 * s.max_steps * per_step * (8 if plan.x64 else 4)
 
 
 def check_memory(plan: RunPlan, available: Optional[int]) -> None:
