@@ -42,7 +42,13 @@ def cache_dir(environ: Mapping[str, str] = os.environ) -> Optional[Path]:
     chosen = environ.get("MCD_CACHE_DIR")
     if chosen is not None:
         return None if chosen.strip().lower() in OFF or not chosen.strip() else Path(chosen).expanduser()
-    base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
+    base = environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            home = environ.get("HOME") or str(Path.home())
+        except (RuntimeError, KeyError):  # no home directory (some batch systems): no cache
+            return None
+        base = str(Path(home) / ".cache")
     return Path(base) / "mcd-cli" / "jax"
 
 
