@@ -77,15 +77,20 @@ def test_a_close_gaussian_with_infinite_variance_weights_gets_bounded_ones():
 T3 = "family: student_t\nparams: {dim: 4, df: 3.0}\ninitial: {mean: 0.0, scale: 1.0}\n"  # log Z = 0
 
 
+def _estimate_t3(mcd, tmp_path, *options):
+    """`mcd estimate` of T3 from `--init auto` (untrained AIS kernels, seed 3): its record."""
+    spec = tmp_path / "t3.yaml"
+    spec.write_text(T3)
+    code, out, err = mcd(["estimate", str(spec), "--backward", "ais", "--iterations", "0", *options,
+                          "--json", "--quiet", "--seed", "3"])
+    assert code in (0, 3), err
+    return records(out)[-1]
+
+
 def test_the_command_line_estimates_from_the_heavier_start(mcd, tmp_path):
     """`--init auto` gives the run the Tukey start, and its record says so: the path of the SMC test
     below, estimated by importance sampling (one small compilation instead of SMC's two)."""
-    spec = tmp_path / "t3.yaml"
-    spec.write_text(T3)
-    code, out, err = mcd(["estimate", str(spec), "--backward", "ais", "--iterations", "0", "--resample", "0",
-                          "--steps", "8", "--samples", "1024", "--json", "--quiet", "--seed", "3"])
-    assert code in (0, 3), err
-    rec = records(out)[-1]
+    rec = _estimate_t3(mcd, tmp_path, "--resample", "0", "--steps", "8", "--samples", "1024")
     assert rec["init_method"].startswith("auto:target+tails") and np.isfinite(rec["log_z"]), rec
 
 
@@ -94,11 +99,6 @@ def test_smc_from_the_heavier_start_lands_on_a_student_t(mcd, tmp_path):
     """A product of four Student-t(3) (log Z = 0): adaptive SMC from the Tukey start has a standard
     error and is within 4 of them of the truth (fixed seed; how often the default policy earns
     `ok` on student_t3 is the calibration's business: benchmarks/results/calibration.md)."""
-    spec = tmp_path / "t3.yaml"
-    spec.write_text(T3)
-    code, out, err = mcd(["estimate", str(spec), "--backward", "ais", "--iterations", "0", "--schedule", "adaptive",
-                  "--samples", "8192", "--particles", "2048", "--json", "--quiet", "--seed", "3"])
-    assert code in (0, 3), err
-    rec = records(out)[-1]
+    rec = _estimate_t3(mcd, tmp_path, "--schedule", "adaptive", "--samples", "8192", "--particles", "2048")
     assert rec["init_method"].startswith("auto:target+tails")
     assert rec["status"] != "unreliable" and abs(rec["log_z"]) < 4 * rec["log_z_stderr"], rec
