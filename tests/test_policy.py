@@ -155,15 +155,28 @@ def test_a_small_population_grows_once_its_moves_are_at_their_cap():
     assert "larger" in why
 
 
-def test_stuck_particles_raise_nothing_but_do_not_stop_the_other_reasons():
-    """`moves_stuck` (a funnel's neck): no rung of adaptive SMC or training moves those particles,
-    so alone it ends the escalation; with a reason that has something left to raise, that part is
-    raised; at the long rung it does not send the run to trained kernels."""
-    first = pol.Effort(15, 0.5, 2048)
+def test_stuck_particles_send_the_run_through_a_fitted_flow_first():
+    """`moves_stuck` (a funnel's neck): from auto's start, the next pilot samples the target through
+    a fitted flow (`--init flow`), from the first effort, whatever else the pilot asked for."""
+    raised, why = pol.escalate(pol.Effort(30, 0.7, 4096), {"moves_stuck", "moves_barely_move", "pareto_k_warn"}, _plan())
+    assert raised == dataclasses.replace(pol.first_effort(_plan()), transport=True) and "flow" in why
+    sconf, _ = raised.configs(SamplerConfig(), TrainConfig())
+    assert sconf.init == "flow" and raised.describe().startswith("adaptive SMC through a fitted flow, ")
+    assert raised.as_dict()["transport"] is True and "transport" not in pol.Effort(15, 0.5, 2048).as_dict()
+
+
+def test_stuck_particles_once_transported_raise_nothing_but_do_not_stop_the_other_reasons():
+    """Once transported (or from a start the user chose), no rung of adaptive SMC or training moves
+    stuck particles, so alone they end the escalation; with a reason that has something left to
+    raise, that part is raised, in the same geometry; at the long rung they do not send the run to
+    trained kernels."""
+    first = pol.Effort(15, 0.5, 2048, transport=True)
     assert pol.escalate(first, {"moves_stuck"}, _plan())[0] is None
+    chosen = dataclasses.replace(_plan(), sconf=SamplerConfig(init="laplace"))
+    assert pol.escalate(pol.Effort(15, 0.5, 2048), {"moves_stuck"}, chosen)[0] is None
     raised, _ = pol.escalate(first, {"moves_stuck", "moves_barely_move"}, _plan())
-    assert (raised.moves, raised.trained) == (30, False)
-    long = pol.Effort(15, 0.5, 2048, leapfrog=pol.POLICY_LEAPFROG)
+    assert (raised.moves, raised.trained, raised.transport) == (30, False, True)
+    long = pol.Effort(15, 0.5, 2048, leapfrog=pol.POLICY_LEAPFROG, transport=True)
     raised, why = pol.escalate(long, {"moves_stuck", "moves_barely_move"}, _plan())
     assert raised is None and "stuck" in why
 

@@ -10,7 +10,7 @@ import dataclasses
 
 
 MAX_DEFAULT_HIDDEN = 512
-INIT_METHODS = ("auto", "target", "laplace", "vi", "prior")
+INIT_METHODS = ("auto", "target", "laplace", "vi", "prior", "flow")
 STEP_SIZE_RULES = ("pilot", "fixed")
 STOP_RULES = ("plateau", "fixed")
 TRAIN_WITH = ("is", "smc")  # how training simulates its batch (`TrainConfig.train_with`)
@@ -73,8 +73,9 @@ class SamplerConfig:
         init: the initial distribution π0: "auto" (the target's own when it declares one, else
             VI from several starting points: `init.fit_initial`), "target" (the
             target's, declared or the N(0, I) fallback), "laplace" (a Gaussian at the mode),
-            "vi" (a mean-field Gaussian fitted by the ELBO) or "prior" (a NumPyro model's prior,
-            mapped to the unconstrained space); fitted once per run.
+            "vi" (a mean-field Gaussian fitted by the ELBO), "prior" (a NumPyro model's prior,
+            mapped to the unconstrained space) or "flow" (auto's start, then a flow fitted by VI
+            through which the target is sampled: `init.flow`); fitted once per run.
         init_cov: "diag" or "full" (Laplace only: a full covariance, applied by whitening the target).
         context_dim: size of the datum's features the score network is conditioned on (amortised
             MCD over the data of a conditional target); 0: unconditional.

@@ -148,8 +148,10 @@ OPTIONS: dict[str, Any] = {
     "init": option(
         InitMethod, "--init", panel=SAMPLER,
         help="Initial distribution: auto (the target's own when it declares one, else vi), target (the target's "
-        "own, or N(0, I)), laplace (a Gaussian at the mode), vi (a mean-field Gaussian fitted by the ELBO) or "
-        f"prior (a NumPyro or PyMC model's prior). (default: {_S.init})",
+        "own, or N(0, I)), laplace (a Gaussian at the mode), vi (a mean-field Gaussian fitted by the ELBO), "
+        "prior (a NumPyro or PyMC model's prior) or flow (auto's start, then an autoregressive flow fitted by VI, "
+        "through which the target is sampled: for funnels, where one step size cannot suit every region; the "
+        f"default policy turns it on when moves get stuck). (default: {_S.init})",
     ),
     "init_cov": option(
         InitCov, "--init-cov", panel=SAMPLER,

@@ -51,7 +51,8 @@ def _execute(plan: RunPlan, progress: Progress, made: dict) -> RunRecord:
     layout = devices.particle_layout(plan.devices)
     plan = sharded_plan(plan)
     pilot = plan.load is None and trained_config(plan).iterations > 0
-    begin = made[pilot] if pilot in made else made.setdefault(pilot, start(plan, pilot=pilot))
+    shared = (pilot, plan.sconf.init)  # a policy's stages share the start, one per initial distribution
+    begin = made[shared] if shared in made else made.setdefault(shared, start(plan, pilot=pilot))
     fit, tconf = fitter(plan, begin.target, begin.step_sizes, layout.particles, begin.betas)
     if plan.stage is not None:
         fit = _shared(fit, made, (plan.train_stage if plan.train_stage is not None else plan.stage, plan.sconf, tconf))

@@ -47,7 +47,8 @@ SMALL = frozenset({
 })
 
 # Particles stuck where the moves' step size cannot reach (a funnel's neck): no effort of adaptive
-# SMC moves them (more or longer moves of the same step size), nor did training (docs/method.md).
+# SMC moves them (more or longer moves of the same step size), nor did training (docs/method.md);
+# a change of variables by a fitted flow does (`init.flow`), so it comes first.
 STUCK = frozenset({"moves_stuck"})
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -98,21 +99,31 @@ class Policy:
 class Effort:
     """How hard one stage works: moves per temperature, the conditional ESS each temperature aims
     at, particles per population, whether the kernels are trained MCD ones (`POLICY_TRAINED`), and
-    the leapfrog steps of each HMC move (adaptive SMC)."""
+    the leapfrog steps of each HMC move (adaptive SMC), and whether the target is sampled through a
+    flow fitted to it (`transport`: `--init flow`, `init.flow`)."""
 
     moves: int
     target_ess: float
     population: int
     trained: bool = False
     leapfrog: int = SamplerConfig.leapfrog
+    transport: bool = False
 
     def describe(self) -> str:
+        through = " through a fitted flow" if self.transport else ""
         if self.trained:
-            return f"trained MCD in SMC, populations of {self.population}"
+            return f"trained MCD in SMC{through}, populations of {self.population}"
         return (
-            f"adaptive SMC, {self.moves} moves of {self.leapfrog} leapfrog steps, ESS {self.target_ess:g}, "
+            f"adaptive SMC{through}, {self.moves} moves of {self.leapfrog} leapfrog steps, ESS {self.target_ess:g}, "
             f"populations of {self.population}"
         )
+
+    def as_dict(self) -> dict:
+        """The effort's fields; `transport` only where set (the records of other runs are as before it existed)."""
+        out = dataclasses.asdict(self)
+        if not self.transport:
+            del out["transport"]
+        return out
 
     def gradients(self) -> int:
         """Target gradients per particle and temperature of the refinement (per particle trained)."""
@@ -125,6 +136,8 @@ class Effort:
         effort, adapts each population from its own particles, sparing that population."""
         settings = dict(POLICY_TRAINED if self.trained else POLICY_START)
         iterations = settings.pop("iterations")
+        if self.transport:
+            settings["init"] = "flow"
         if not self.trained:  # resampling after every temperature: the final weights are one increment's
             settings.update(
                 refine_steps=self.moves, leapfrog=self.leapfrog, target_ess=self.target_ess, resample=self.target_ess,
@@ -162,11 +175,18 @@ def escalate(
     of no family, go to trained kernels; heavy-tailed weights or small populations at their caps
     are left to the final run's verdict (None), since training never lightened them where it was
     measured (student_t3, funnel, nice_mnist: k̂ still above 0.5 after 100–530 s of training;
-    docs/method.md). Stuck particles (`STUCK`) raise nothing: once the other reasons have nothing
-    left to raise, the final run is made at the effort reached."""
+    docs/method.md). Stuck particles (`STUCK`) come first: where the run's start is auto's, the next
+    pilot samples the target through a flow fitted to it (`transport`, `--init flow`), from the first
+    effort again (what the other reasons asked for was asked of the old geometry); once transported,
+    or from a start the user chose, they raise nothing, and once the other reasons have nothing left
+    to raise, the final run is made at the effort reached."""
     cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
     moves, ess, population, leapfrog = effort.moves, effort.target_ess, effort.population, effort.leapfrog
     stuck, codes = bool(codes & STUCK), set(codes) - STUCK
+    if stuck and not effort.transport and not effort.trained and plan.sconf.init == "auto":
+        return dataclasses.replace(first_effort(plan), transport=True), (
+            "particles stuck where no step size of these moves reaches: the target through a fitted flow"
+        )
     why = []
     mixing = bool(codes & MIXING) and leapfrog < POLICY_LEAPFROG and not moves_stalled
     more_moves = mixing and moves < POLICY_MAX_MOVES and not too_short
@@ -184,12 +204,12 @@ def escalate(
     if grow and population < cap:
         population, why = min(2 * population, cap), why + ["populations too small to measure: larger ones"]
     if why and not effort.trained:
-        return Effort(moves, ess, population, leapfrog=leapfrog), "; ".join(why)
+        return Effort(moves, ess, population, leapfrog=leapfrog, transport=effort.transport), "; ".join(why)
     if stuck:
         return None, "particles stuck where no step size of these moves reaches: nothing left to raise"
     if not effort.trained and (codes & MIXING or not codes <= DEGENERATE | SMALL):
         stalled = "more moves stopped helping the moves mix; " if moves_stalled and codes & MIXING else ""
-        return Effort(moves, ess, population, trained=True, leapfrog=leapfrog), (
+        return Effort(moves, ess, population, trained=True, leapfrog=leapfrog, transport=effort.transport), (
             f"{stalled}nothing left to raise in adaptive SMC: trained kernels"
         )
     if not effort.trained:
@@ -215,7 +235,7 @@ class Stage:
             "stage": self.index,
             "role": self.role,
             "method": self.effort.describe(),
-            "effort": dataclasses.asdict(self.effort),
+            "effort": self.effort.as_dict(),
             "num_samples": self.num_samples,
             "log_z": rec.log_z,
             "log_z_stderr": rec.log_z_stderr,
@@ -316,8 +336,10 @@ def run_policy(
                 stopped = "time_limit"
                 break
             pilot = one("pilot", effort, n_pilot)
-            stalled = len(stages) > 1 and mixing_stalled(stages[-2], stages[-1])
-            thin = len(stages) > 1 and tails_stalled(stages[-2], stages[-1])
+            # Two pilots in one geometry, before and after a raise (not across a change of variables).
+            paired = len(stages) > 1 and stages[-2].effort.transport == stages[-1].effort.transport
+            stalled = paired and mixing_stalled(stages[-2], stages[-1])
+            thin = paired and tails_stalled(stages[-2], stages[-1])
             short = doubling_too_short(pilot)
             codes, usable, status = _codes(pilot), pilot.status == "ok", pilot.status
             if usable:  # an `ok` pilot must predict an `ok` final run (`predicts_ok`)
@@ -400,7 +422,7 @@ def _per_particle_move(stage: Stage) -> float:
 def _predicted(last: Stage, effort: Effort, n: int) -> float:
     """Seconds a stage of `n` particles at `effort` will take, from the last stage's time per
     particle and gradient (a higher conditional ESS adds temperatures this does not foresee)."""
-    if effort.trained != last.effort.trained:
+    if effort.trained != last.effort.trained or effort.transport != last.effort.transport:
         return 0.0  # nothing measured yet for the other method: let it run
     return _per_particle_move(last) * n * effort.gradients()
 

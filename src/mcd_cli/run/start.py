@@ -19,13 +19,14 @@ from mcd_cli.run.plan import RunPlan, root_key
 from mcd_cli.run.smc_kernels import compiled
 from mcd_cli.init.tails import choose_tails
 from mcd_cli.init.tails import describe as tails_suffix
-from mcd_cli.targets.transforms import apply_initial, heavy_tailed
+from mcd_cli.targets.transforms import apply_initial, heavy_tailed, transported
 
 INIT_STREAM = 0x1D1  # fold_in(root key, INIT_STREAM): the key of the initial-distribution fit
 PILOT_STREAM = 0x2D2  # fold_in(root key, PILOT_STREAM): the key of the step-size pilot
 TAILS_STREAM = 0x1D2  # fold_in(root key, TAILS_STREAM): the key of the heavier-tail check (`init.tails`)
 SCALE_STREAM = 0x2D3  # fold_in(root key, SCALE_STREAM): the key of the pilot's AIS check (`pilot_scale`)
 TEMPER_STREAM = 0x2D4  # fold_in(root key, TEMPER_STREAM): the key of a tempered schedule's SMC pilot
+FLOW_STREAM = 0x1D3  # fold_in(root key, FLOW_STREAM): the key of `--init flow`'s fit (`init.flow`)
 # Particles of that pilot: its temperatures follow the conditional ESS, a ratio that hardly moves
 # with the number of particles once there are a few hundred.
 TEMPER_PARTICLES = 512
@@ -50,15 +51,43 @@ def initial_target(
     """The target with the initial distribution `sconf.init` asks for, its method, and the fit's
     warnings; "auto" then gives the start heavier (Tukey-h) tails when they fit the target better
     (`mcd_cli.init.tails`: the target in `u` with `x = μ0 + σ0 ⊙ u exp(h u²/2)`, method `…+tails(h=…)`).
+    "flow" is auto's start, then the target transported by a flow fitted from it (`transport`), then
+    the same tail check in the flow's variables.
     """
     fitted, method, warnings = _initial_target(target, sconf, seed, model_index)
-    if sconf.init != "auto":
+    if sconf.init == "flow":
+        fitted, method, warnings = transport(fitted, method, warnings, seed, model_index)
+    elif sconf.init != "auto":
         return fitted, method, warnings
     key = jax.random.fold_in(root_key(seed, model_index), TAILS_STREAM)
     choice = choose_tails(fitted, key)
     if not choice.h:
         return fitted, method, warnings
     return heavy_tailed(fitted, choice.h), method + tails_suffix(choice), warnings
+
+
+def transport(
+    target: Any, method: str, warnings: tuple[str, ...], seed: int, model_index: Optional[int] = None
+) -> tuple[Any, str, tuple[str, ...]]:
+    """`target` (with its start) transported by a flow fitted from that start (`init.flow`, its own
+    key), method `…+flow(elbo=…)`; the target as it was, with a warning, when the fit fails or does
+    not raise the start's ELBO."""
+    from mcd_cli.init.flow import choose_scale, fit_flow
+
+    key = jax.random.fold_in(root_key(seed, model_index), FLOW_STREAM)
+    try:
+        fit = fit_flow(target, key)
+    except ValueError as err:
+        return target, method, (*warnings, f"flow: the fit failed ({err}); the start stays {method}")
+    if not fit.elbo > fit.base_elbo:
+        return target, method, (
+            *warnings,
+            f"flow: the fitted flow's ELBO {fit.elbo:.4g} is not above its start's {fit.base_elbo:.4g}; the start stays {method}",
+        )
+    moved = transported(target, fit.transform, "transported by a fitted flow")
+    scale, _ = choose_scale(moved, jax.random.fold_in(key, 1))
+    moved = moved.with_initial(mean=np.zeros(moved.dim), scale=np.full(moved.dim, scale))
+    return moved, f"{method}+flow(elbo={fit.elbo:.3g}, s={scale:g})", warnings
 
 
 def _initial_target(
@@ -75,6 +104,8 @@ def _initial_target(
     if sconf.init == "target":
         return target, "target", ()
     key = jax.random.fold_in(root_key(seed, model_index), INIT_STREAM)
+    if sconf.init == "flow":  # auto's start, which `transport` then carries further
+        sconf = dataclasses.replace(sconf, init="auto")
     if sconf.init == "auto" and target.initial_declared:
         return target, "auto:target", ()
     if sconf.init == "prior":
