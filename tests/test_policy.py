@@ -174,6 +174,7 @@ def test_stuck_particles_once_transported_raise_nothing_but_do_not_stop_the_othe
     assert pol.escalate(first, {"moves_stuck"}, _plan())[0] is None
     chosen = dataclasses.replace(_plan(), sconf=SamplerConfig(init="laplace"))
     assert pol.escalate(pol.Effort(15, 0.5, 2048), {"moves_stuck"}, chosen)[0] is None
+    assert pol.escalate(pol.Effort(15, 0.5, 2048), {"moves_stuck"}, _plan(), can_transport=False)[0] is None
     raised, _ = pol.escalate(first, {"moves_stuck", "moves_barely_move"}, _plan())
     assert (raised.moves, raised.trained, raised.transport) == (30, False, True)
     long = pol.Effort(15, 0.5, 2048, leapfrog=pol.POLICY_LEAPFROG, transport=True)

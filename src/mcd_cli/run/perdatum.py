@@ -428,7 +428,7 @@ def _with_policy(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], pr
         n_pilot = PILOT_POPULATIONS * effort.population
         _, tally = one(effort, n_pilot, True, lambda rec: None)
         ok = tally.counts["ok"] == sum(tally.counts.values())
-        raised, why = (None, "") if ok else escalate(effort, tally.codes, plan)
+        raised, why = (None, "") if ok else escalate(effort, tally.codes, plan, can_transport=False)
         if raised is not None and raised.trained:  # no trained rung per datum
             raised, why = None, "nothing left to raise in adaptive SMC"
         elif raised is not None and pilot_index == policy.max_pilots - 1:

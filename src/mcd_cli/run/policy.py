@@ -155,7 +155,7 @@ def first_effort(plan: RunPlan) -> Effort:
 
 def escalate(
     effort: Effort, codes: set, plan: RunPlan, moves_stalled: bool = False, tails_stalled: bool = False,
-    too_short: bool = False,
+    too_short: bool = False, can_transport: bool = True,
 ) -> tuple[Optional[Effort], str]:
     """The next effort after a pilot whose verdict gave the reason `codes`, and why; None when
     nothing is left to raise. Each family of reasons raises its own part (moves for poor mixing,
@@ -178,12 +178,13 @@ def escalate(
     docs/method.md). Stuck particles (`STUCK`) come first: where the run's start is auto's, the next
     pilot samples the target through a flow fitted to it (`transport`, `--init flow`), from the first
     effort again (what the other reasons asked for was asked of the old geometry); once transported,
-    or from a start the user chose, they raise nothing, and once the other reasons have nothing left
+    from a start the user chose, or where no flow can be fitted (`can_transport` False: a
+    conditional target's start is one per datum), they raise nothing, and once the other reasons have nothing left
     to raise, the final run is made at the effort reached."""
     cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
     moves, ess, population, leapfrog = effort.moves, effort.target_ess, effort.population, effort.leapfrog
     stuck, codes = bool(codes & STUCK), set(codes) - STUCK
-    if stuck and not effort.transport and not effort.trained and plan.sconf.init == "auto":
+    if stuck and can_transport and not effort.transport and not effort.trained and plan.sconf.init == "auto":
         return dataclasses.replace(first_effort(plan), transport=True), (
             "particles stuck where no step size of these moves reaches: the target through a fitted flow"
         )
