@@ -6,6 +6,8 @@ and estimation all count) and spends it as a user's run would:
 - `adaptive`: mcd's untrained adaptive tempered SMC (the default policy's first effort: 15 HMC moves
   of 3 leapfrog steps per temperature, conditional ESS 0.5, resampling every temperature), one
   population after another until the budget is spent; Ẑ is the mean of the populations' Ẑ.
+- `flow`: `adaptive` on the target transported by a flow fitted to it (`--init flow`, `init.flow`:
+  the fit is part of the start, inside the budget); what the default policy does when moves get stuck.
 - `blackjax`: BlackJAX's `adaptive_tempered_smc` with HMC (the peer), its diagonal inverse mass the
   particles' variance before every temperature (`inner_kernel_tuning`), 15 moves of 3 leapfrog
   steps of size d^-1/4 (BlackJAX adapts no step size), from mcd's start (`run.start`: the same
@@ -47,7 +49,7 @@ from mcd_cli.run.smc_kernels import compiled  # noqa: E402
 from time_to_accuracy import sized_target  # noqa: E402
 
 OUTPUT = RESULTS / "learned_pays_cpu.json"
-METHODS = ("adaptive", "blackjax", "learned-smc", "learned-is")
+METHODS = ("adaptive", "flow", "blackjax", "learned-smc", "learned-is")
 
 
 def log_z_of(out, num: int) -> float:
@@ -68,9 +70,9 @@ def spend(deadline: float, one_population) -> tuple[list, int]:
     return values, len(values)
 
 
-def run_adaptive(target, seed: int, budget: float, args) -> dict:
+def run_adaptive(target, seed: int, budget: float, args, init: str = "auto") -> dict:
     t0 = time.perf_counter()
-    sconf = SamplerConfig(**{k: v for k, v in POLICY_START.items() if k != "iterations"})
+    sconf = SamplerConfig(**{k: v for k, v in POLICY_START.items() if k != "iterations"}, init=init)
     plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0), seed=seed)
     begin = run.start(plan)
     fitted = begin.target
@@ -162,6 +164,7 @@ def run_learned(target, seed: int, budget: float, args, train_with: str) -> dict
 
 RUNNERS = {
     "adaptive": run_adaptive,
+    "flow": lambda t, s, b, a: run_adaptive(t, s, b, a, init="flow"),
     "blackjax": run_blackjax,
     "learned-smc": lambda t, s, b, a: run_learned(t, s, b, a, "smc"),
     "learned-is": lambda t, s, b, a: run_learned(t, s, b, a, "is"),
