@@ -219,12 +219,13 @@ def choose_scale(target: Target, key: jax.Array, num_samples: int = CHECK_SAMPLE
     u = jax.random.normal(key, (num_samples, target.dim), jnp.result_type(float))
     log_q = -0.5 * jnp.sum(u * u, axis=1)  # up to constants common to every s, with z = s u
 
-    def weights(s):
+    @jax.jit
+    def weights(s):  # s traced: one compile for the grid
         return jax.vmap(target.log_density)(s * u) + target.dim * jnp.log(s) - log_q
 
     ks = []
     for s in SCALE_GRID:
-        w = np.asarray(weights(s), np.float64)
+        w = np.asarray(weights(jnp.asarray(s, u.dtype)), np.float64)
         ks.append(float(pareto_k(w)) if np.all(np.isfinite(w)) else float("inf"))
     fine = [s for s, k in zip(SCALE_GRID, ks) if k <= SCALE_K]
     return (fine[0] if fine else SCALE_GRID[int(np.argmin(ks))]), tuple(ks)

@@ -81,23 +81,9 @@ def whiten(target: Target, mean: Array, chol: Array) -> Target:
 
 def _reparameterised(target: Target, to_x: Any, log_jacobian: Any, note: str) -> Target:
     """`target` in `u` with `x = to_x(u)`: log density `log γ(to_x(u)) + log_jacobian(u)` (so log Z
-    is unchanged), initial distribution N(0, I), samples mapped back to the user's values by `to_x`."""
-
-    def log_density(u):
-        return target.log_density(to_x(u)) + log_jacobian(u)
-
-    return Target.create(
-        log_density,
-        target.dim,
-        initial_mean=0.0,
-        initial_scale=1.0,
-        log_z=target.log_z,
-        name=target.name,
-        description=f"{target.description} ({note})",
-        params=target.params,
-        source=target.source,
-        to_user=lambda u: target.user_values(to_x(u)),
-    )
+    is unchanged), initial distribution N(0, I), samples mapped back to the user's values by `to_x`:
+    `transported` of the map given as two functions."""
+    return transported(target, lambda u: (to_x(u), log_jacobian(u)), note)
 
 
 def transported(target: Target, transform: Any, note: str = "transported: x = T(z)") -> Target:
