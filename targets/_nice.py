@@ -182,7 +182,7 @@ def load_flow(size: int) -> tuple[dict, dict[str, np.ndarray]]:
     """The trained flow for `size` × `size` images and the rest of its file (mean, std, metadata).
 
     Raises:
-        FileNotFoundError: when the weights file is missing (the 28 × 28 flow is not shipped).
+        FileNotFoundError: when the weights file is missing (deleted, or a size not trained yet).
     """
     with np.load(weights_path(size)) as f:
         arrays = {k: f[k] for k in f.files}

@@ -13,8 +13,7 @@ initial distribution is N(0, I) in that space, i.e. the training digits' per-pix
 and standard deviations: a diagonal Gaussian moment-matched to the data, which the samplers must
 bend onto the flow's correlated, curved mass.
 
-Parameters (set with `--param key=value`): size, 7 (bundled, default), 14 (bundled) or 28 (weights
-not shipped: run the training script first).
+Parameters (set with `--param key=value`): size, 7 (default), 14 or 28; all three flows are bundled.
 """
 
 import _nice
@@ -27,7 +26,7 @@ def make_target(size=7):
     path = _nice.weights_path(size)
     if not path.is_file():
         raise TargetError(
-            f"nice_mnist: the {size} × {size} flow's weights {path.name} are not shipped; create them "
+            f"nice_mnist: the {size} × {size} flow's weights {path.name} are missing; create them "
             f"with `python {_nice.TRAIN_SCRIPT} --size {size}` (run from the source checkout)"
         )
     params, _ = _nice.load_flow(size)

@@ -89,7 +89,7 @@ def test_bundled_target_loads_with_its_dimension_and_log_z_zero(size):
 
 
 def test_weights_record_the_training_command_and_test_likelihood():
-    for size in (7, 14):
+    for size in _nice.SIZES:
         _, arrays = _nice.load_flow(size)
         record = json.loads(str(arrays["record"]))
         assert record["size"] == size
@@ -98,9 +98,17 @@ def test_weights_record_the_training_command_and_test_likelihood():
         assert arrays["mean"].shape == arrays["std"].shape == (size * size,)
 
 
-def test_size_28_without_weights_is_one_line_naming_the_training_script():
-    if _nice.weights_path(28).exists():
-        pytest.skip("the 28 × 28 weights were created locally")
+def test_size_28_is_bundled_and_finite_at_its_exact_draws():
+    target = load_target("nice_mnist", {"size": "28"})
+    assert target.dim == 784 and target.log_z == 0.0
+    params = _nice.load_flow(28)[0]
+    xs = _nice.sample(jax.random.key(0), params, 64, 784)
+    values = jax.vmap(target.log_density)(xs)
+    assert bool(jnp.all(jnp.isfinite(values)))
+
+
+def test_missing_weights_are_one_line_naming_the_training_script(monkeypatch, tmp_path):
+    monkeypatch.setattr(_nice, "DATA", tmp_path)
     with pytest.raises(TargetError) as err:
         load_target("nice_mnist", {"size": "28"})
     message = str(err.value)
