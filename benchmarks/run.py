@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     written = [f for f in sorted(common.RESULTS.glob("*")) if f.is_file() and before.get(f) != f.stat().st_mtime
                and f.suffix in (".json", ".jsonl")]
     out = _output_of(margs)
-    if out is not None and out.exists() and out.resolve() not in {f.resolve() for f in written}:
-        written.append(out)
+    if out is not None:  # the module's own file only: another job may write beside it meanwhile
+        written = [out] if out.exists() else []
     if written:
         convert(args.question, config, written)
 

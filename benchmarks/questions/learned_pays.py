@@ -17,6 +17,8 @@ and estimation all count) and spends it as a user's run would:
   importance sampler (`is`) for `--train-share` of the budget, in blocks of 50 updates; then SMC on
   the trained kernels' fixed schedule (resampling at ESS/N 0.5, 5 HMC moves per resampling, the
   refinement tuned on a pilot population and frozen) until the budget is spent.
+- `flow-learned-smc`: `learned-smc` in the variables of `flow` (`--init flow`): the MCD kernels
+  learn what the fitted flow left of the target's shape; the flow's fit counts in the budget.
 
 The number of populations follows the clock, not the estimates, so stopping adds no bias. Each
 (target, budget, seed, method) cell records the error and what was spent; `--render` writes the
@@ -49,7 +51,7 @@ from mcd_cli.run.smc_kernels import compiled  # noqa: E402
 from time_to_accuracy import sized_target  # noqa: E402
 
 OUTPUT = RESULTS / "learned_pays_cpu.json"
-METHODS = ("adaptive", "flow", "blackjax", "learned-smc", "learned-is")
+METHODS = ("adaptive", "flow", "blackjax", "learned-smc", "learned-is", "flow-learned-smc")
 
 
 def log_z_of(out, num: int) -> float:
@@ -131,11 +133,11 @@ def run_blackjax(target, seed: int, budget: float, args) -> dict:
     return {"log_z": mean_log_z(values), "populations": n, "particles": num, "seconds": time.perf_counter() - t0}
 
 
-def run_learned(target, seed: int, budget: float, args, train_with: str) -> dict:
+def run_learned(target, seed: int, budget: float, args, train_with: str, init: str = "auto") -> dict:
     t0 = time.perf_counter()
     sconf = SamplerConfig(
         sampler="ula", backward="mcd", steps=args.steps, hidden=hidden_for(target.dim), step_size="pilot",
-        resample=0.5, refine="hmc", refine_steps=5,
+        resample=0.5, refine="hmc", refine_steps=5, init=init,
     )
     tconf = TrainConfig(iterations=10**9, batch_size=128, train_with=train_with)
     plan = run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=seed)
@@ -168,6 +170,7 @@ RUNNERS = {
     "blackjax": run_blackjax,
     "learned-smc": lambda t, s, b, a: run_learned(t, s, b, a, "smc"),
     "learned-is": lambda t, s, b, a: run_learned(t, s, b, a, "is"),
+    "flow-learned-smc": lambda t, s, b, a: run_learned(t, s, b, a, "smc", init="flow"),
 }
 
 
@@ -205,10 +208,12 @@ def render(data: dict) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--targets", nargs="+", default=["brownian_motion", "funnel"])
+    parser.add_argument("--targets", nargs="+", default=["brownian_motion", "funnel"],
+                        help="bundled targets; NAME@D sets a target's dim parameter to D (else --dim)")
     parser.add_argument("--dim", type=int, default=20, help="targets with a dim parameter (others keep theirs)")
     parser.add_argument("--budgets", type=float, nargs="+", default=[60.0])
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--train-share", type=float, default=0.5)
@@ -221,12 +226,13 @@ def main(argv=None) -> None:
         return
     settings = {"dim": args.dim, "steps": args.steps, "train_share": args.train_share, "population": args.population}
     results = ResultFile(args.output, "learned_pays", settings)
-    for name in args.targets:
-        target = sized_target(name, args.dim)
+    for spec in args.targets:
+        name, _, dim = spec.partition("@")
+        target = sized_target(name, int(dim) if dim else args.dim)
         for budget in args.budgets:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for method in args.methods:
-                    key = f"{name}/{budget:g}s/{method}/seed{seed}"
+                    key = f"{spec}/{budget:g}s/{method}/seed{seed}"
                     if key in results:
                         continue
                     cell = RUNNERS[method](target, seed, budget, args)
