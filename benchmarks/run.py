@@ -147,13 +147,14 @@ def main(argv: list[str] | None = None) -> None:
     margs = module_args(config, module) + rest
     # What common.command_line() records: the command a user would type to rerun this.
     sys.argv = [f"benchmarks/run.py {args.question}" + (f" --module {module}" if args.module else ""), *margs]
+    out = _output_of(margs)
     before = {f: f.stat().st_mtime for f in common.RESULTS.glob("*")} if common.RESULTS.exists() else {}
     importlib.import_module(module).main(margs)
-    written = [f for f in sorted(common.RESULTS.glob("*")) if f.is_file() and before.get(f) != f.stat().st_mtime
-               and f.suffix in (".json", ".jsonl")]
-    out = _output_of(margs)
     if out is not None:  # the module's own file only: another job may write beside it meanwhile
         written = [out] if out.exists() else []
+    else:  # the module's default file(s): those changed during the run
+        written = [f for f in sorted(common.RESULTS.glob("*")) if f.is_file() and before.get(f) != f.stat().st_mtime
+                   and f.suffix in (".json", ".jsonl")]
     if written:
         convert(args.question, config, written)
 

@@ -7,8 +7,8 @@ The target is a NICE flow fitted to MNIST digits at size × size (log Z = 0 exac
         --iterations N --samples 4096 --resample 0 --seed SEED --json -q
 
 (the paper estimates with 4,096 importance samples: `--resample 0`; without it a run that fixes
-the method is SMC on the kernels, resampling at ESS/N 0.5 with HMC moves) and stores its JSON output, the wall time and
-the absolute error |log Ẑ − 0| under the key `size{S}/{estimator}/seed{SEED}`. Cells are written
+the method is SMC on the kernels, resampling at ESS/N 0.5 with HMC moves) and stores its JSON
+output, the wall time and the absolute error |log Ẑ − 0| under the key `size{S}/{estimator}/seed{SEED}`. Cells are written
 atomically one by one into `--output`; a rerun of the same command skips the cells already there.
 A failed run (training diverged, all weights non-finite) is stored as such with its error line.
 `--render` only rewrites the markdown table beside the JSON file: mean ± standard error of |log Ẑ|
@@ -84,12 +84,13 @@ def render(data: dict) -> str:
     """The markdown table: |log Ẑ| per size and estimator, ours beside the paper's."""
     settings = data["settings"]
     machine = data["sessions"][0]["machine"] if data["sessions"] else {}
+    resample = settings.get("resample") or 0  # files made before the option: importance sampling
+    draws = (f"particles of SMC (resampling at ESS/N {resample:g}, HMC moves)" if resample
+             else "importance samples")
     lines = [
         "# NICE flow targets (`nice_mnist`): |log Ẑ|, true log Z = 0", "",
         f"K = {settings['steps']}, {settings['iterations']} training iterations, "
-        f"{settings['samples']} " + ("importance samples" if not settings.get("resample") else
-                                     f"particles of SMC (resampling at ESS/N {settings['resample']:g}, HMC moves)")
-        + "; mean ± standard error over seeds "
+        f"{settings['samples']} {draws}; mean ± standard error over seeds "
         f"(seeds run: column n). Machine: {machine.get('cpu_model', '?')}, "
         f"{machine.get('cpu_count', '?')} cores ({machine.get('cpu_affinity', '?')} usable), "
         f"JAX {machine.get('jax', '?')} ({machine.get('backend', '?')}), load average at start "
