@@ -13,7 +13,9 @@ and estimation all count) and spends it as a user's run would:
   steps of size d^-1/4 (BlackJAX adapts no step size), from mcd's start (`run.start`: the same
   initial distribution and whitening), the same loop.
 - `learned-smc`, `learned-is`: the start of `mcd estimate` (`run.start`: `--init auto`, the
-  step-size pilot), ULA-MCD (K = 64) trained with SMC in the loop (`--train-with smc`) or as an
+  step-size pilot; with `--schedule tempered`, first one population of adaptive tempered SMC, whose
+  temperatures the learned schedule starts from), ULA-MCD (K = 64; its schedule linear and fixed, or
+  learned with `--schedule learned|tempered`) trained with SMC in the loop (`--train-with smc`) or as an
   importance sampler (`is`) for `--train-share` of the budget, in blocks of 50 updates; then SMC on
   the trained kernels' fixed schedule (resampling at ESS/N 0.5, 5 HMC moves per resampling, the
   refinement tuned on a pilot population and frozen) until the budget is spent.
@@ -138,13 +140,14 @@ def run_learned(target, seed: int, budget: float, args, train_with: str, init: s
     sconf = SamplerConfig(
         sampler="ula", backward="mcd", steps=args.steps, hidden=hidden_for(target.dim), step_size="pilot",
         resample=0.5, refine="hmc", refine_steps=5, init=init,
+        learn_schedule=args.schedule != "linear", schedule_start="tempered" if args.schedule == "tempered" else "linear",
     )
     tconf = TrainConfig(iterations=10**9, batch_size=128, train_with=train_with)
     plan = run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=seed)
     begin = run.start(plan)
     fitted = begin.target
     key_init, key_estimate = jax.random.split(jax.random.fold_in(jax.random.key(seed), 0))
-    state = training.init_train_state(key_init, fitted, sconf, tconf, step_sizes=begin.step_sizes)
+    state = training.init_train_state(key_init, fitted, sconf, tconf, step_sizes=begin.step_sizes, betas=begin.betas)
     chunk = training.make_train_chunk(fitted, sconf, tconf)
     train_until = t0 + args.train_share * budget
     while time.perf_counter() < train_until:
@@ -216,6 +219,9 @@ def main(argv=None) -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--schedule", choices=("linear", "learned", "tempered"), default="linear",
+                        help="the learned arms' schedule: linear and fixed, learned from linear, or learned from "
+                             "where a population of adaptive tempered SMC put its temperatures (--schedule tempered)")
     parser.add_argument("--train-share", type=float, default=0.5)
     parser.add_argument("--population", type=int, default=0, help="particles per population (0: the default split)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
@@ -225,6 +231,8 @@ def main(argv=None) -> None:
         write_rendered(args.output, render(json.loads(args.output.read_text())))
         return
     settings = {"dim": args.dim, "steps": args.steps, "train_share": args.train_share, "population": args.population}
+    if args.schedule != "linear":  # files written before the option keep their settings
+        settings["schedule"] = args.schedule
     results = ResultFile(args.output, "learned_pays", settings)
     for spec in args.targets:
         name, _, dim = spec.partition("@")
@@ -241,3 +249,7 @@ def main(argv=None) -> None:
                     log(f"{key}: error {cell['error']:+.3f}, {cell['populations']} populations, {cell['seconds']:.0f} s")
                     results.add(key, cell)
     write_rendered(args.output, render(json.loads(args.output.read_text())))
+
+
+if __name__ == "__main__":
+    main()
