@@ -15,7 +15,7 @@ from conftest import records
 
 from mcd_cli import run
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.errors import Interrupted
+from mcd_cli.errors import Interrupted, RunFailed
 from mcd_cli.run import pilots
 from mcd_cli.run import policy as pol
 from mcd_cli.stats.reasons import Reason
@@ -38,6 +38,9 @@ class _Record:
     plan: Any = None
     policy: Optional[dict] = None
     smc: tuple = ()
+    iterations_run: int = 0
+    train_seconds: float = 0.0
+    estimate_seconds: float = 0.0
 
     @property
     def status(self) -> str:
@@ -55,17 +58,25 @@ def _plan(**policy) -> run.RunPlan:
 
 
 def _script(*verdicts, seconds=1.0, clock=None):
-    """An `execute_stage` returning the scripted `(status, se, codes)` in turn, and its calls."""
+    """An `execute_stage` returning the scripted `(status, se, codes)` in turn (a fourth item: the
+    updates a learning pilot made, each taking 0.1 s of the clock), and its calls."""
     calls = []
 
     def execute_stage(plan, progress):
-        status, se, codes = verdicts[len(calls)]
+        status, se, codes, *updates = verdicts[len(calls)]
         calls.append(plan)
+        trained = 0.1 * updates[0] if updates else 0.0
         if clock is not None:
-            clock.now += seconds * plan.num_samples / 8192
+            clock.now += seconds * plan.num_samples / 8192 + trained
         if status == "interrupt":
             raise Interrupted("stopped", 0, 0)
-        return _Record(0.0, se, status, _Combined(tuple(Reason(c, {}) for c in codes)), plan)
+        if status == "failed":
+            raise RunFailed("training diverged")
+        return _Record(
+            0.0, se, status, _Combined(tuple(Reason(c, {}) for c in codes)), plan,
+            iterations_run=updates[0] if updates else 0, train_seconds=trained,
+            estimate_seconds=seconds * plan.num_samples / 8192,
+        )
 
     return execute_stage, calls
 
@@ -402,6 +413,101 @@ def test_a_time_limit_cuts_the_final_run_to_what_fits():
     # 20 s left at 10 s per 8192 particles, with a 20 % margin: 13,107 particles, in whole populations.
     assert final.num_samples == 13107 // final.particles * final.particles < 16384
     assert "cut to" in rec.policy["stages"][0]["decision"] and rec.policy["stopped"] == "plan"
+
+
+def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_falls_short_and_they_do_better():
+    clock = _Clock()
+    # max_se 0.01: the adaptive pilot's SE of 0.05 at 8192 particles reaches 0.0125 at the final
+    # run's cap (8 × 16,384), so adaptive SMC falls short; the learned pilot's SE is 0.02.
+    execute_stage, calls = _script(("ok", 0.05, ()), ("ok", 0.02, (), 600), ("ok", 0.01, ()), clock=clock)
+    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01), run.NoProgress(), execute_stage, clock=clock)
+    adaptive, learning, final = calls
+    # The adaptive pilot took 1 s and predicts 16 s for its final run (131,072 particles): 383 s to
+    # spare, half of it to train.
+    assert adaptive.sconf.adaptive and learning.train_seconds == pytest.approx(0.5 * 383.0)
+    assert not learning.sconf.adaptive and learning.sconf.backward == "mcd" and learning.tconf.train_with == "smc"
+    assert learning.sconf.resample > 0 and learning.tconf.iterations == pol.POLICY_LEARN_MAX_ITERATIONS
+    # The final run reuses the learning pilot's kernels and names the updates they had: its config
+    # trains exactly those, with no clock in it; the learned pilot's SE sizes it.
+    assert final.train_stage == 1 and final.stage == 2 and final.train_seconds is None
+    assert final.tconf.iterations == 600 and final.tconf.train_with == "smc" and final.sconf == learning.sconf
+    assert final.num_samples == 32768  # 8192 · (0.02 / 0.01)²
+    stages = rec.policy["stages"]
+    assert [s["role"] for s in stages] == ["pilot", "pilot", "final"] and rec.policy["reported_stage"] == 2
+    assert "reaches an SE of 0.0125 at most, above 0.01; time to spare" in stages[0]["decision"]
+    assert "pilot ok after 600 updates: final run with these kernels" in stages[1]["decision"]
+    assert stages[1]["effort"]["train_seconds"] == pytest.approx(191.5) and stages[2]["effort"]["train_iterations"] == 600
+    assert "train_seconds" not in stages[0]["effort"] and "learned with SMC in the loop" in stages[2]["method"]
+
+
+@pytest.mark.parametrize(
+    "learning, why",
+    [
+        (("ok", 0.02, (), pol.POLICY_LEARN_MIN_UPDATES - 50), "fewer than"),
+        (("warn", 0.02, ("pareto_k_warn",), 900), "pilot warn after 900 updates (not ok)"),
+        (("ok", 0.06, (), 900), "SE² × seconds per particle 4.39e-07, adaptive SMC's 3.05e-07"),
+        (("failed", None, ()), "learning failed"),
+    ],
+)
+def test_learned_kernels_are_used_only_after_enough_updates_an_ok_pilot_and_a_smaller_se(learning, why):
+    clock = _Clock()
+    execute_stage, calls = _script(("ok", 0.05, ()), learning, ("ok", 0.01, ()), clock=clock)
+    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01), run.NoProgress(), execute_stage, clock=clock)
+    final = calls[-1]
+    # The adaptive final run is the one a run without time to spare would make (the same size).
+    assert final.sconf.adaptive and final.train_stage is None and final.num_samples == pol.MAX_FINAL_FACTOR * 16384
+    assert rec.policy["stages"][-1]["role"] == "final" and why in json.dumps(rec.policy["stages"], ensure_ascii=False)
+
+
+def test_an_ok_learned_pilot_replaces_an_adaptive_effort_that_is_not_ok():
+    clock = _Clock()
+    warn = ("warn", 0.05, ("pareto_k_warn",))
+    execute_stage, calls = _script(warn, ("ok", 0.08, (), 900), ("ok", 0.05, ()), clock=clock)
+    rec = pol.run_policy(_plan(time_limit=200.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    final = calls[-1]
+    assert not final.sconf.adaptive and final.train_stage == 1 and final.tconf.iterations == 900
+    assert rec.policy["stages"][0]["decision"].endswith("adaptive SMC's pilot is warn; time to spare: first MCD "
+                                                        "kernels learned with SMC in the loop for at most 98 s")
+
+
+def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow():
+    ok, tight = ("ok", 0.05, ()), {"max_se": 0.01}
+    execute_stage, calls = _script(ok, ok)
+    pol.run_policy(_plan(**tight), run.NoProgress(), execute_stage)
+    assert len(calls) == 2 and calls[1].sconf.adaptive  # no limit: the policy's time is as before
+    clock = _Clock()  # adaptive SMC reaches the default max_se: nothing to learn for
+    execute_stage, calls = _script(ok, ok, clock=clock)
+    pol.run_policy(_plan(time_limit=600.0), run.NoProgress(), execute_stage, clock=clock)
+    assert len(calls) == 2 and calls[1].sconf.adaptive
+    clock = _Clock()  # 70 s: 53 to spare, 26.5 to train, less than POLICY_LEARN_MIN_SECONDS
+    execute_stage, calls = _script(ok, ok, clock=clock)
+    pol.run_policy(_plan(time_limit=70.0, **tight), run.NoProgress(), execute_stage, clock=clock)
+    assert len(calls) == 2 and calls[1].sconf.adaptive
+    # Through a fitted flow the flow alone did better than kernels learned in it.
+    clock = _Clock()
+    stuck = ("warn", 0.05, ("moves_stuck",))
+    execute_stage, calls = _script(stuck, ok, ok, clock=clock)
+    pol.run_policy(_plan(time_limit=600.0, **tight), run.NoProgress(), execute_stage, clock=clock)
+    assert len(calls) == 3 and calls[2].sconf.init == "flow" and calls[2].sconf.adaptive
+
+
+def test_a_time_bounded_training_stops_at_a_chunk_and_its_count_reproduces_it():
+    """`RunPlan.train_seconds`: the updates a time-bounded training made are those of a training of
+    that many updates, so a final run naming the count trains (or reuses) the same kernels."""
+    import numpy as np
+
+    from mcd_cli.targets import load_target
+
+    target = load_target("gmm8", {"dim": "2"})
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, step_size="pilot", unroll=1)
+    base = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=40, batch_size=16, chunk=10),
+                       num_samples=1024, seed=3)
+    pilot = run.execute(dataclasses.replace(base, stage=0, train_seconds=1e-9))
+    assert pilot.iterations_run == 10 and pilot.stop_reasons == ("time",)
+    counted = dataclasses.replace(base, tconf=dataclasses.replace(base.tconf, iterations=10))
+    final = run.execute(dataclasses.replace(counted, stage=1, train_stage=0))
+    assert final.stop_reasons == ("iterations",) and final.config()["iterations"] == 10
+    assert np.array_equal(final.elbo_history[0], pilot.elbo_history[0])
 
 
 def test_ctrl_c_after_a_finished_stage_keeps_it_and_says_so():

@@ -86,8 +86,8 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
     cell["wall_seconds"] = round(wall, 3)
     if rec.get("policy"):  # the default policy's stages: what ran, what each gave, what it decided
         cell["policy"] = [
-            {k: s[k] for k in ("role", "method", "num_samples", "log_z", "log_z_stderr", "status", "reason_codes",
-                               "seconds")}
+            {k: s.get(k) for k in ("role", "method", "num_samples", "log_z", "log_z_stderr", "status", "reason_codes",
+                                   "seconds", "decision")}
             for s in rec["policy"]["stages"]
         ]
     smc = rec.get("smc") or {}

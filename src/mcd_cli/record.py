@@ -147,7 +147,7 @@ class RunRecord:
     start_seconds: float = 0.0  # the initial-distribution fit and the step-size pilot
     initial_step_sizes: Optional[tuple] = None  # δ_1 … δ_K the pilot chose (None: fixed sizes)
     initial_step_scale: Optional[float] = None  # the factor the pilot's AIS check applied (run.pilot_scale)
-    stop_reasons: tuple = ()  # per repeat: why training stopped ("iterations" or "plateau")
+    stop_reasons: tuple = ()  # per repeat: why training stopped ("iterations", "plateau" or "time")
     model_index: Optional[int] = None  # model i of a comparison (root key fold_in(key(seed), i))
     weights: tuple[WeightSummary, ...] = ()  # per repeat: the log weights' histogram and fitted tail
     kind: str = "estimate"  # "model" for a model of `mcd compare A B ...`

@@ -401,8 +401,10 @@ def fit(
     update: Optional[Callable] = None,
     objective: Optional[objectives.Objective] = None,
     history: Optional[np.ndarray] = None,
+    seconds: Optional[float] = None,
 ) -> TrainResult:
-    """Runs the updates `state.iteration … tconf.iterations − 1` (or until the ELBO plateaus).
+    """Runs the updates `state.iteration … tconf.iterations − 1` (or until the ELBO plateaus, or
+    until `seconds` have passed).
 
     Args:
         state: from `init_train_state`, or a saved state to resume.
@@ -416,6 +418,9 @@ def fit(
         history: the ELBOs of the iterations before `state.iteration` (a resumed state's, as its
             checkpoint kept them), so that a resumed run reports the same history as one that ran
             through; missing entries are NaN.
+        seconds: stop at the end of the first chunk that ends after this many seconds of wall time
+            (stop reason "time"; None: no bound). The updates made are those of a run of
+            `state.iteration` updates without the bound, chunk for chunk: the count reproduces them.
 
     Raises:
         TrainingDiverged: see the module docstring.
@@ -456,6 +461,9 @@ def fit(
                 on_checkpoint(state, history[: state.iteration])
             if tconf.stop == "plateau" and plateaued(state.recent, state.iteration, tconf.plateau_window):
                 stop_reason = "plateau"
+                break
+            if seconds is not None and state.iteration < tconf.iterations and time.perf_counter() - t0 >= seconds:
+                stop_reason = "time"
                 break
     except KeyboardInterrupt:
         raise TrainingInterrupted(state, history[: state.iteration]) from None

@@ -111,6 +111,22 @@ POLICY_START = {"backward": "ais", "iterations": 0, "adaptive": True, "resample"
                 "refine": SMC_REFINE, "refine_steps": ADAPTIVE_REFINE_STEPS, "target_ess": 0.5}
 POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "resample": SMC_RESAMPLE,
                   "refine": SMC_REFINE, "refine_steps": SMC_REFINE_STEPS, "target_ess": 0.5}
+# With a --time-limit, where the adaptive final run falls short of what was asked (its pilot is not
+# `ok`, or MAX_FINAL_FACTOR leaves its SE above --max-se) and the limit leaves time beside it, the
+# policy spends POLICY_LEARN_SHARE of that time (at least POLICY_LEARN_MIN_SECONDS, at most
+# POLICY_LEARN_MAX_ITERATIONS updates) learning MCD kernels (`POLICY_LEARNED`: trained with SMC in
+# the loop) in a pilot that the final run reuses when it made at least POLICY_LEARN_MIN_UPDATES
+# updates, is `ok`, and, against an `ok` adaptive pilot, buys a smaller SE per second of estimating.
+# The learned-kernels benchmark (benchmarks/results/learned_pays.md) saw the learned kernels beat
+# the policy's first effort after 400-2,400 updates on three targets and lose by 4-37 nats at d = 200
+# after 150-200; inside the policy, against its raised efforts, they had about twice the variance
+# per second (docs/method.md, "The default policy", step 4). Not through a fitted flow, where the
+# flow alone did better (0.003-0.018 against 0.012-0.027).
+POLICY_LEARNED = {**POLICY_TRAINED, "train_with": "smc"}
+POLICY_LEARN_SHARE = 0.5
+POLICY_LEARN_MIN_SECONDS = 30.0
+POLICY_LEARN_MIN_UPDATES = 400
+POLICY_LEARN_MAX_ITERATIONS = 100_000
 POLICY_MAX_MOVES = 2 * ADAPTIVE_REFINE_STEPS  # moves per temperature, doubled up to this
 # When the moves still do not mix at POLICY_MAX_MOVES, or when a pilot's move correlation says
 # that twice as many would not either (`pilots.doubling_too_short`), the last rung makes them longer

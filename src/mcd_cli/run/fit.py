@@ -167,7 +167,7 @@ def fitter(
         with saved_on_interrupt(plan, repeat, total=t.iterations):
             result = fit(
                 state, target, s, t, callback=callback, checkpoint_every=saver.every,
-                on_checkpoint=saver.on_checkpoint, update=update, history=saver.history,
+                on_checkpoint=saver.on_checkpoint, update=update, history=saver.history, seconds=plan.train_seconds,
             )
         return Fitted(
             result.state.params, result.state, result.elbo_history, result.stop_reason, result.seconds,

@@ -73,6 +73,7 @@ class RunPlan:
     policy: Optional[Any] = None  # `run.policy.Policy`: pilots choose the method and effort (None: as given)
     stage: Optional[int] = None  # stage s of a policy run: its keys come from fold_in(root, STAGE_STREAM + s)
     train_stage: Optional[int] = None  # a policy run's final stage trains as this (pilot) stage did (None: `stage`)
+    train_seconds: Optional[float] = None  # training stops after this much wall time (a policy's learning pilot)
     draws: bool = False  # keep the SMC populations' posterior draws (`run.draws`; --posterior)
 
     @property

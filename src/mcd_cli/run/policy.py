@@ -8,6 +8,11 @@ then made at the chosen effort, with enough particles for the standard error to 
 (from the pilot's, which falls as 1/√N). The final run's estimate is reported with the verdict it
 earns, whatever that is.
 
+Where that final run would fall short of what was asked (`falls_short`) and a `--time-limit`
+leaves time to spare beside it (`learn_seconds`), one more pilot learns MCD kernels with SMC in the
+loop for part of it (`POLICY_LEARNED`), and the final run uses them instead when that pilot does
+better (`_learn`); else the final run is the adaptive one chosen before.
+
 Why pilots, not "stop at the first `ok` run": the decision where to stop is made on runs whose
 random numbers the reported estimate does not share, so it selects an effort, never an estimate
 (a run kept because it came out `ok` would be selected by its own verdict, which biases the
@@ -27,9 +32,10 @@ from typing import Any, Callable, Optional
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed
 from mcd_cli.run.defaults import (
-    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_LEAPFROG, POLICY_LONG_MOVES, POLICY_MAX_MOVES,
-    POLICY_MAX_PILOTS, POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED,
-    population_size,
+    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_LEAPFROG, POLICY_LEARN_MAX_ITERATIONS,
+    POLICY_LEARN_MIN_SECONDS, POLICY_LEARN_MIN_UPDATES, POLICY_LEARN_SHARE, POLICY_LEARNED, POLICY_LONG_MOVES,
+    POLICY_MAX_MOVES, POLICY_MAX_PILOTS, POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS,
+    POLICY_TRAINED, population_size,
 )
 from mcd_cli.run.pilots import doubling_too_short, mixing_stalled, predicts_ok, tails_stalled
 from mcd_cli.run.plan import Progress, RunPlan
@@ -100,7 +106,10 @@ class Effort:
     """How hard one stage works: moves per temperature, the conditional ESS each temperature aims
     at, particles per population, whether the kernels are trained MCD ones (`POLICY_TRAINED`), and
     the leapfrog steps of each HMC move (adaptive SMC), and whether the target is sampled through a
-    flow fitted to it (`transport`: `--init flow`, `init.flow`)."""
+    flow fitted to it (`transport`: `--init flow`, `init.flow`). Kernels *learned* with time to
+    spare (`POLICY_LEARNED`: trained with SMC in the loop) train for at most `train_seconds` in
+    their pilot; the final run that reuses them names the updates that pilot made
+    (`train_iterations`), so that its config reproduces it."""
 
     moves: int
     target_ess: float
@@ -108,9 +117,21 @@ class Effort:
     trained: bool = False
     leapfrog: int = SamplerConfig.leapfrog
     transport: bool = False
+    train_seconds: Optional[float] = None
+    train_iterations: Optional[int] = None
+
+    @property
+    def learned(self) -> bool:
+        return self.train_seconds is not None or self.train_iterations is not None
 
     def describe(self) -> str:
         through = " through a fitted flow" if self.transport else ""
+        if self.learned:
+            spent = (
+                f"{self.train_iterations} updates" if self.train_iterations is not None
+                else f"at most {self.train_seconds:.0f} s"
+            )
+            return f"MCD kernels learned with SMC in the loop ({spent}), in SMC, populations of {self.population}"
         if self.trained:
             return f"trained MCD in SMC{through}, populations of {self.population}"
         return (
@@ -119,10 +140,12 @@ class Effort:
         )
 
     def as_dict(self) -> dict:
-        """The effort's fields; `transport` only where set (the records of other runs are as before it existed)."""
+        """The effort's fields; `transport` and the learned kernels' budget only where set (the records
+        of other runs are as before they existed)."""
         out = dataclasses.asdict(self)
-        if not self.transport:
-            del out["transport"]
+        for name in ("transport", "train_seconds", "train_iterations"):
+            if not out[name]:
+                del out[name]
         return out
 
     def gradients(self) -> int:
@@ -134,8 +157,11 @@ class Effort:
         final run's adaptive tempering replays the temperatures and tuning of a population of its
         own (`refine_tuning="pilot"`: Ẑ exactly unbiased); a `pilot`'s, which only measures the
         effort, adapts each population from its own particles, sparing that population."""
-        settings = dict(POLICY_TRAINED if self.trained else POLICY_START)
+        settings = dict(POLICY_LEARNED if self.learned else POLICY_TRAINED if self.trained else POLICY_START)
         iterations = settings.pop("iterations")
+        training = {"train_with": settings.pop("train_with")} if "train_with" in settings else {}
+        if self.learned:
+            iterations = self.train_iterations if self.train_iterations is not None else POLICY_LEARN_MAX_ITERATIONS
         if self.transport:
             settings["init"] = "flow"
         if not self.trained:  # resampling after every temperature: the final weights are one increment's
@@ -143,7 +169,7 @@ class Effort:
                 refine_steps=self.moves, leapfrog=self.leapfrog, target_ess=self.target_ess, resample=self.target_ess,
                 refine_tuning="particles" if pilot else "pilot",
             )
-        return dataclasses.replace(sconf, **settings), dataclasses.replace(tconf, iterations=iterations)
+        return dataclasses.replace(sconf, **settings), dataclasses.replace(tconf, iterations=iterations, **training)
 
 
 def first_effort(plan: RunPlan) -> Effort:
@@ -258,6 +284,7 @@ def stage_plan(
     return dataclasses.replace(
         plan, sconf=sconf, tconf=tconf, num_samples=num_samples, particles=effort.population, stage=index,
         train_stage=train_stage if effort.trained else None, policy=None, repeats=1,
+        train_seconds=effort.train_seconds if effort.train_iterations is None else None,
     )
 
 
@@ -328,6 +355,9 @@ def run_policy(
     def decide(text: str) -> None:
         stages[-1] = dataclasses.replace(stages[-1], decision=text)
 
+    def add(text: str) -> None:
+        decide(f"{stages[-1].decision}; {text}" if stages[-1].decision else text)
+
     effort: Optional[Effort] = first_effort(plan)
     final: Optional[tuple[Effort, int]] = None
     try:
@@ -365,14 +395,23 @@ def run_policy(
                 break
             decide(f"pilot {status}: {why}")
             effort = next_effort
+        chosen = stages[-1]  # the pilot whose effort the final run takes
+        if final is not None:
+            short = falls_short(plan, policy, chosen)
+            learning = learn_seconds(policy, final[0], left() - _predicted(chosen, *final)) if short else None
+            if learning is not None:
+                add(f"{short}; time to spare: first MCD kernels learned with SMC in the loop for at most {learning:.0f} s")
+                learned, n_learned = _learn(plan, policy, final[0], chosen, learning, one, decide, add)
+                if learned is not None:
+                    final, chosen = (learned, n_learned), stages[-1]
         if final is not None:
             effort, n = final
-            fits = _fits(stages[-1], effort, left())
+            fits = _fits(chosen, effort, left())
             if fits < n:
                 n = fits // effort.population * effort.population
                 decide(stages[-1].decision + f"; cut to {n} particles by the time limit")
             if n >= PILOT_POPULATIONS * effort.population:
-                pilot = stages[-1]
+                pilot = chosen
                 one("final", effort, n, train_stage=pilot.index)
                 if pilot.record.status == "unreliable" and stages[-1].record.status == "ok":
                     stages[-1] = dataclasses.replace(stages[-1], record=capped(stages[-1].record, pilot.index))
@@ -400,6 +439,79 @@ def run_policy(
     return dataclasses.replace(stages[-1].record, policy=account)
 
 
+def falls_short(plan: RunPlan, policy: Policy, pilot: Stage) -> str:
+    """Why the adaptive final run at `pilot`'s effort would not give what was asked (its pilot is not
+    `ok`, or its size cap leaves its standard error above `max_se`), or "" when it would."""
+    if pilot.record.status != "ok":
+        return f"adaptive SMC's pilot is {pilot.record.status}"
+    se, n_pilot = pilot.record.log_z_stderr, pilot.num_samples
+    cap = MAX_FINAL_FACTOR * max(plan.num_samples, n_pilot)
+    if se is not None and se * math.sqrt(n_pilot / cap) > policy.max_se:
+        return f"adaptive SMC reaches an SE of {se * math.sqrt(n_pilot / cap):.3g} at most, above {policy.max_se:g}"
+    return ""
+
+
+def learn_seconds(policy: Policy, effort: Effort, spare: float) -> Optional[float]:
+    """Seconds a learning pilot may train (`POLICY_LEARN_SHARE` of `spare`, the time the limit leaves
+    beside the adaptive final run at `effort`), or None: no time limit, an effort already trained or
+    transported by a flow (where the flow alone did better than learning in it), or less than
+    `POLICY_LEARN_MIN_SECONDS` to train."""
+    if policy.time_limit is None or effort.trained or effort.transport or not math.isfinite(spare):
+        return None
+    seconds = POLICY_LEARN_SHARE * spare
+    return seconds if seconds >= POLICY_LEARN_MIN_SECONDS else None
+
+
+def _learn(
+    plan: RunPlan, policy: Policy, adaptive: Effort, pilot: Stage, seconds: float, one: Callable,
+    decide: Callable, add: Callable,
+) -> tuple[Optional[Effort], int]:
+    """A learning pilot: MCD kernels trained with SMC in the loop for at most `seconds`, then
+    estimated like any pilot. Its kernels, and the final size its standard error asks for, when it
+    made at least `POLICY_LEARN_MIN_UPDATES` updates, its verdict is `ok` and predicts an `ok` final
+    run (`predicts_ok`), and, where the adaptive `pilot` was `ok` too, it reaches a smaller standard
+    error in the same estimating time (`_variance_per_second`: the populations' spread is what a
+    user sees); else `(None, 0)`, and the final run is the adaptive one. Either way the choice is
+    made before the final run draws a random number, from runs whose numbers it does not share (as
+    every pilot's)."""
+    learned = Effort(
+        adaptive.moves, adaptive.target_ess, adaptive.population, trained=True, leapfrog=plan.sconf.leapfrog,
+        train_seconds=seconds,
+    )
+    n_pilot = PILOT_POPULATIONS * learned.population
+    try:
+        record = one("pilot", learned, n_pilot)
+    except RunFailed as err:
+        add(f"learning failed ({err}): the final run is the adaptive one")
+        return None, 0
+    updates, status = int(getattr(record, "iterations_run", 0)), record.status
+    n, size = final_samples(plan, learned, record.log_z_stderr, n_pilot, policy.max_se)
+    if status == "ok":
+        more, doubt = predicts_ok(record, n_pilot, n, learned.population)
+        status = f"ok, but {doubt}" if more else status
+    mine, theirs = _variance_per_second(record, n_pilot), _variance_per_second(pilot.record, pilot.num_samples)
+    why = (
+        f"fewer than {POLICY_LEARN_MIN_UPDATES}" if updates < POLICY_LEARN_MIN_UPDATES
+        else "not ok" if status != "ok"
+        else f"SE² × seconds per particle {mine:.3g}, adaptive SMC's {theirs:.3g}" if pilot.record.status == "ok" and not mine < theirs
+        else ""
+    )
+    if why:
+        decide(f"pilot {status} after {updates} updates ({why}): learned kernels not used; the final run is the adaptive one")
+        return None, 0
+    decide(f"pilot ok after {updates} updates: final run with these kernels, {size}")
+    return dataclasses.replace(learned, train_seconds=None, train_iterations=updates), n
+
+
+def _variance_per_second(record: Any, n: int) -> float:
+    """SE² × estimating seconds per particle of a run of `n` particles: the variance of log Ẑ that one
+    second of estimating buys the inverse of (inf without a standard error or a time)."""
+    se, seconds = record.log_z_stderr, getattr(record, "estimate_seconds", None)
+    if se is None or not seconds or not math.isfinite(se):
+        return math.inf
+    return se * se * seconds / n
+
+
 def capped(record: Any, stage: int) -> Any:
     """`record` at most `warn`, with the reason `effort_unreliable`: its pilot at the same effort
     (stage `stage`) was `unreliable`. Two independent runs of one effort are two measurements of it;
@@ -416,8 +528,10 @@ def _codes(record: Any) -> set:
 
 
 def _per_particle_move(stage: Stage) -> float:
-    """Seconds per particle and gradient of a move (per particle for trained kernels) of a finished stage."""
-    return stage.seconds / max(stage.num_samples * stage.effort.gradients(), 1)
+    """Seconds per particle and gradient of a move (per particle for trained kernels) of a finished
+    stage; its training's time is not the estimate's."""
+    seconds = stage.seconds - (getattr(stage.record, "train_seconds", 0.0) or 0.0 if stage.effort.trained else 0.0)
+    return max(seconds, 0.0) / max(stage.num_samples * stage.effort.gradients(), 1)
 
 
 def _predicted(last: Stage, effort: Effort, n: int) -> float:
