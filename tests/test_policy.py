@@ -445,7 +445,7 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_falls_short_an
     [
         (("ok", 0.02, (), pol.POLICY_LEARN_MIN_UPDATES - 50), "fewer than"),
         (("warn", 0.02, ("pareto_k_warn",), 900), "pilot warn after 900 updates (not ok)"),
-        (("ok", 0.06, (), 900), "SE² × seconds per particle 4.39e-07, adaptive SMC's 3.05e-07"),
+        (("ok", 0.06, (), 900), "variance of a one-second estimate 0.0036, adaptive SMC's 0.0025"),
         (("failed", None, ()), "learning failed"),
     ],
 )

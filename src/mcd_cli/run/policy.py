@@ -470,8 +470,8 @@ def _learn(
     estimated like any pilot. Its kernels, and the final size its standard error asks for, when it
     made at least `POLICY_LEARN_MIN_UPDATES` updates, its verdict is `ok` and predicts an `ok` final
     run (`predicts_ok`), and, where the adaptive `pilot` was `ok` too, it reaches a smaller standard
-    error in the same estimating time (`_variance_per_second`: the populations' spread is what a
-    user sees); else `(None, 0)`, and the final run is the adaptive one. Either way the choice is
+    error in the same estimating time (`_variance_per_second`; the standard error is what a user
+    sees of a run); else `(None, 0)`, and the final run is the adaptive one. Either way the choice is
     made before the final run draws a random number, from runs whose numbers it does not share (as
     every pilot's)."""
     learned = Effort(
@@ -489,11 +489,12 @@ def _learn(
     if status == "ok":
         more, doubt = predicts_ok(record, n_pilot, n, learned.population)
         status = f"ok, but {doubt}" if more else status
-    mine, theirs = _variance_per_second(record, n_pilot), _variance_per_second(pilot.record, pilot.num_samples)
+    mine, theirs = _variance_per_second(record), _variance_per_second(pilot.record)
     why = (
         f"fewer than {POLICY_LEARN_MIN_UPDATES}" if updates < POLICY_LEARN_MIN_UPDATES
         else "not ok" if status != "ok"
-        else f"SE² × seconds per particle {mine:.3g}, adaptive SMC's {theirs:.3g}" if pilot.record.status == "ok" and not mine < theirs
+        else f"variance of a one-second estimate {mine:.3g}, adaptive SMC's {theirs:.3g}"
+        if pilot.record.status == "ok" and not mine < theirs
         else ""
     )
     if why:
@@ -503,13 +504,14 @@ def _learn(
     return dataclasses.replace(learned, train_seconds=None, train_iterations=updates), n
 
 
-def _variance_per_second(record: Any, n: int) -> float:
-    """SE² × estimating seconds per particle of a run of `n` particles: the variance of log Ẑ that one
-    second of estimating buys the inverse of (inf without a standard error or a time)."""
+def _variance_per_second(record: Any) -> float:
+    """The variance of log Ẑ that a run of one second of estimating would have, SE² × the run's
+    estimating seconds (the variance falls as 1/N, the time grows as N); inf without a standard
+    error or a time."""
     se, seconds = record.log_z_stderr, getattr(record, "estimate_seconds", None)
     if se is None or not seconds or not math.isfinite(se):
         return math.inf
-    return se * se * seconds / n
+    return se * se * seconds
 
 
 def capped(record: Any, stage: int) -> Any:
