@@ -16,7 +16,7 @@ from conftest import records
 from mcd_cli import run
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed
-from mcd_cli.run import pilots
+from mcd_cli.run import defaults, pilots
 from mcd_cli.run import policy as pol
 from mcd_cli.stats.reasons import Reason
 
@@ -96,7 +96,7 @@ def test_an_ok_pilot_is_followed_by_a_fresh_final_run_which_is_reported():
     assert (pilot.stage, final.stage) == (0, 1) and pilot.policy is None and final.policy is None
     assert rec.plan is final and rec.status == "warn"
     assert pilot.sconf.adaptive and pilot.sconf.backward == "ais" and pilot.tconf.iterations == 0
-    assert pilot.num_samples == pol.PILOT_POPULATIONS * pilot.particles
+    assert pilot.num_samples == defaults.PILOT_POPULATIONS * pilot.particles
     # the same effort; the final run replays a tuning population's temperatures (Ẑ unbiased),
     # the pilot adapts from its own particles
     assert dataclasses.replace(final.sconf, refine_tuning="particles") == pilot.sconf and final.num_samples == 16384
@@ -117,7 +117,7 @@ def test_the_final_run_grows_until_the_pilots_standard_error_reaches_max_se():
     # ...but never beyond the cap.
     execute_stage, calls = _script(("ok", 5.0, ()), ("ok", 0.1, ()))
     pol.run_policy(_plan(max_se=0.1), run.NoProgress(), execute_stage)
-    assert calls[1].num_samples == pol.MAX_FINAL_FACTOR * 16384
+    assert calls[1].num_samples == defaults.MAX_FINAL_FACTOR * 16384
 
 
 def test_only_an_ok_pilot_sizes_the_final_run():
@@ -155,14 +155,14 @@ def test_each_family_of_reasons_raises_its_own_part_of_the_effort(codes, changed
 def test_a_small_population_grows_once_its_moves_are_at_their_cap():
     """The moves double to their cap, then grow longer (the last rung); only then does the population grow."""
     codes = {"genealogy_collapsed", "not_at_equilibrium"}
-    mixing = pol.Effort(pol.POLICY_MAX_MOVES // 2, 0.5, 2048)
+    mixing = pol.Effort(defaults.POLICY_MAX_MOVES // 2, 0.5, 2048)
     raised, _ = pol.escalate(mixing, codes, _plan())
-    assert (raised.moves, raised.leapfrog, raised.population) == (pol.POLICY_MAX_MOVES, 3, 2048)
+    assert (raised.moves, raised.leapfrog, raised.population) == (defaults.POLICY_MAX_MOVES, 3, 2048)
     raised, why = pol.escalate(raised, codes, _plan())
-    assert (raised.moves, raised.leapfrog, raised.population) == (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG, 2048)
+    assert (raised.moves, raised.leapfrog, raised.population) == (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG, 2048)
     assert "longer moves" in why
     raised, why = pol.escalate(raised, codes, _plan())
-    assert (raised.moves, raised.leapfrog, raised.population) == (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG, 4096)
+    assert (raised.moves, raised.leapfrog, raised.population) == (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG, 4096)
     assert "larger" in why
 
 
@@ -188,7 +188,7 @@ def test_stuck_particles_once_transported_raise_nothing_but_do_not_stop_the_othe
     assert pol.escalate(pol.Effort(15, 0.5, 2048), {"moves_stuck"}, _plan(), can_transport=False)[0] is None
     raised, _ = pol.escalate(first, {"moves_stuck", "moves_barely_move"}, _plan())
     assert (raised.moves, raised.trained, raised.transport) == (30, False, True)
-    long = pol.Effort(15, 0.5, 2048, leapfrog=pol.POLICY_LEAPFROG, transport=True)
+    long = pol.Effort(15, 0.5, 2048, leapfrog=defaults.POLICY_LEAPFROG, transport=True)
     raised, why = pol.escalate(long, {"moves_stuck", "moves_barely_move"}, _plan())
     assert raised is None and "stuck" in why
 
@@ -238,11 +238,11 @@ def test_moves_that_stop_mixing_better_go_to_trained_kernels(second, then):
 
     pol.run_policy(_plan(), run.NoProgress(), execute_stage)
     moves = [c.sconf.refine_steps for c in calls[:3]]
-    assert moves[:2] == [pol.POLICY_START["refine_steps"], 2 * pol.POLICY_START["refine_steps"]]
+    assert moves[:2] == [defaults.POLICY_START["refine_steps"], 2 * defaults.POLICY_START["refine_steps"]]
     if then == "trained":
         assert calls[2].sconf.backward == "mcd" and not calls[2].sconf.adaptive
     else:
-        assert calls[2].sconf.adaptive and (moves[2], calls[2].sconf.leapfrog) == (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG)
+        assert calls[2].sconf.adaptive and (moves[2], calls[2].sconf.leapfrog) == (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG)
 
 
 @pytest.mark.parametrize("third, stuck", [(0.45, True), (0.1, False)])
@@ -260,7 +260,7 @@ def test_moves_that_twice_as_many_would_leave_barely_moving_grow_longer_at_once(
 
     rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
     assert [(c.sconf.refine_steps, c.sconf.leapfrog) for c in calls[:2]] == [
-        (pol.POLICY_START["refine_steps"], 3), (pol.POLICY_LONG_MOVES, pol.POLICY_LEAPFROG),
+        (defaults.POLICY_START["refine_steps"], 3), (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG),
     ]
     assert "longer moves (15 of 15 leapfrog steps)" in rec.policy["stages"][0]["decision"]
     assert rec.policy["stages"][1]["method"] == "adaptive SMC, 15 moves of 15 leapfrog steps, ESS 0.5, populations of 2048"
@@ -426,7 +426,7 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_falls_short_an
     # spare, half of it to train.
     assert adaptive.sconf.adaptive and learning.train_seconds == pytest.approx(0.5 * 383.0)
     assert not learning.sconf.adaptive and learning.sconf.backward == "mcd" and learning.tconf.train_with == "smc"
-    assert learning.sconf.resample > 0 and learning.tconf.iterations == pol.POLICY_LEARN_MAX_ITERATIONS
+    assert learning.sconf.resample > 0 and learning.tconf.iterations == defaults.POLICY_LEARN_MAX_ITERATIONS
     # The final run reuses the learning pilot's kernels and names the updates they had: its config
     # trains exactly those, with no clock in it; the learned pilot's SE sizes it.
     assert final.train_stage == 1 and final.stage == 2 and final.train_seconds is None
@@ -443,7 +443,7 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_falls_short_an
 @pytest.mark.parametrize(
     "learning, why",
     [
-        (("ok", 0.02, (), pol.POLICY_LEARN_MIN_UPDATES - 50), "fewer than"),
+        (("ok", 0.02, (), defaults.POLICY_LEARN_MIN_UPDATES - 50), "fewer than"),
         (("warn", 0.02, ("pareto_k_warn",), 900), "pilot warn after 900 updates (not ok)"),
         (("ok", 0.06, (), 900), "variance of a one-second estimate 0.0036, adaptive SMC's 0.0025"),
         (("failed", None, ()), "learning failed"),
@@ -455,7 +455,7 @@ def test_learned_kernels_are_used_only_after_enough_updates_an_ok_pilot_and_a_sm
     rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01), run.NoProgress(), execute_stage, clock=clock)
     final = calls[-1]
     # The adaptive final run is the one a run without time to spare would make (the same size).
-    assert final.sconf.adaptive and final.train_stage is None and final.num_samples == pol.MAX_FINAL_FACTOR * 16384
+    assert final.sconf.adaptive and final.train_stage is None and final.num_samples == defaults.MAX_FINAL_FACTOR * 16384
     assert rec.policy["stages"][-1]["role"] == "final" and why in json.dumps(rec.policy["stages"], ensure_ascii=False)
 
 

@@ -31,7 +31,8 @@ from mcd_cli.run.fit import default_interrupt_dir
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, run_smc, stationarity_moves
 from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws
 from mcd_cli.run.estimate import estimate_populations, estimate_smc, smc_settings, stationarity_of
-from mcd_cli.run.policy import Effort, Policy, parse_duration, run_policy
+from mcd_cli.run.effort import Effort
+from mcd_cli.run.policy import Policy, parse_duration, run_policy
 from mcd_cli.run.execute import execute
 
 __all__ = [name for name in dir() if not name.startswith("_")]

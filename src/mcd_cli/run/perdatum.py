@@ -21,7 +21,7 @@ time, so memory is bounded by the population, whatever the number of data.
 
 With `plan.policy` (`mcd estimate` with no method option) `run.policy` runs over data: a pilot
 estimates the first `PILOT_DATA` data by untrained adaptive SMC at an `Effort`; when they are not
-all `ok`, the union of their reason codes raises it (`policy.escalate`); a final run, with keys no
+all `ok`, the union of their reason codes raises it (`effort.escalate`); a final run, with keys no
 pilot used, estimates every datum at the chosen effort. No rung trains (training per datum is the
 cost the policy avoids): when only training is left, the final run takes the last effort. Only the
 final run's records are emitted; the summary's `policy` lists every stage.
@@ -66,7 +66,8 @@ from mcd_cli.run.defaults import DEFAULT_CHUNK, PILOT_POPULATIONS, population_si
 from mcd_cli.run.estimate import TUNING_STREAM, estimate_populations, tuned_refinement
 from mcd_cli.run.fit import Checkpoints, saved_on_interrupt, trained_config
 from mcd_cli.run.plan import STAGE_STREAM, NoProgress, Progress, device_name
-from mcd_cli.run.policy import Effort, Policy, StageProgress, escalate, final_samples, first_effort
+from mcd_cli.run.effort import Effort, escalate, first_effort
+from mcd_cli.run.policy import Policy, StageProgress, final_samples
 from mcd_cli.run.smc_kernels import run_smc
 from mcd_cli.run.tally import Tally
 from mcd_cli.run.validate import validate_populations

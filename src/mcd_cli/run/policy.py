@@ -29,33 +29,16 @@ import math
 import time
 from typing import Any, Callable, Optional
 
-from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed
 from mcd_cli.run.defaults import (
-    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_LEAPFROG, POLICY_LEARN_MAX_ITERATIONS,
-    POLICY_LEARN_MIN_SECONDS, POLICY_LEARN_MIN_UPDATES, POLICY_LEARN_SHARE, POLICY_LEARNED, POLICY_LONG_MOVES,
-    POLICY_MAX_MOVES, POLICY_MAX_PILOTS, POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS,
-    POLICY_TRAINED, population_size,
+    DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_LEARN_MIN_SECONDS, POLICY_LEARN_MIN_UPDATES,
+    POLICY_LEARN_SHARE, POLICY_MAX_PILOTS,
 )
+from mcd_cli.run.effort import Effort, escalate, first_effort
 from mcd_cli.run.pilots import doubling_too_short, mixing_stalled, predicts_ok, tails_stalled
 from mcd_cli.run.plan import Progress, RunPlan
 from mcd_cli.stats.importance import Status
 from mcd_cli.stats.reasons import Reason
-
-# What a pilot's reasons ask for. The moves did not mix: more moves per temperature, then longer ones.
-MIXING = frozenset({"moves_barely_move", "not_at_equilibrium"})
-# The weights degenerate between temperatures: more temperatures (a higher conditional ESS).
-DEGENERATE = frozenset({"pareto_k_high", "pareto_k_warn", "pareto_k_unfittable", "gap_unreliable", "gap_warn"})
-# A population too small to measure itself or to keep its lineages: larger populations.
-SMALL = frozenset({
-    "too_few_samples", "ess_low", "ess_rough", "genealogy_collapsed", "genealogy_negative", "populations_collapsed",
-    "stderr_spread_larger", "stderr_from_spread", "populations_scatter", "nonfinite_weights",
-})
-
-# Particles stuck where the moves' step size cannot reach (a funnel's neck): no effort of adaptive
-# SMC moves them (more or longer moves of the same step size), nor did training (docs/method.md);
-# a change of variables by a fitted flow does (`init.flow`), so it comes first.
-STUCK = frozenset({"moves_stuck"})
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -99,149 +82,6 @@ class Policy:
             raise ValueError(f"time_limit must be positive, got {self.time_limit}")
         if self.max_pilots < 1:
             raise ValueError(f"max_pilots must be at least 1, got {self.max_pilots}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Effort:
-    """How hard one stage works: moves per temperature, the conditional ESS each temperature aims
-    at, particles per population, whether the kernels are trained MCD ones (`POLICY_TRAINED`), and
-    the leapfrog steps of each HMC move (adaptive SMC), and whether the target is sampled through a
-    flow fitted to it (`transport`: `--init flow`, `init.flow`). Kernels *learned* with time to
-    spare (`POLICY_LEARNED`: trained with SMC in the loop) train for at most `train_seconds` in
-    their pilot; the final run that reuses them names the updates that pilot made
-    (`train_iterations`), so that its config reproduces it."""
-
-    moves: int
-    target_ess: float
-    population: int
-    trained: bool = False
-    leapfrog: int = SamplerConfig.leapfrog
-    transport: bool = False
-    train_seconds: Optional[float] = None
-    train_iterations: Optional[int] = None
-
-    @property
-    def learned(self) -> bool:
-        return self.train_seconds is not None or self.train_iterations is not None
-
-    def describe(self) -> str:
-        through = " through a fitted flow" if self.transport else ""
-        if self.learned:
-            spent = (
-                f"{self.train_iterations} updates" if self.train_iterations is not None
-                else f"at most {self.train_seconds:.0f} s"
-            )
-            return f"MCD kernels learned with SMC in the loop ({spent}), in SMC, populations of {self.population}"
-        if self.trained:
-            return f"trained MCD in SMC{through}, populations of {self.population}"
-        return (
-            f"adaptive SMC{through}, {self.moves} moves of {self.leapfrog} leapfrog steps, ESS {self.target_ess:g}, "
-            f"populations of {self.population}"
-        )
-
-    def as_dict(self) -> dict:
-        """The effort's fields; `transport` and the learned kernels' budget only where set (the records
-        of other runs are as before they existed)."""
-        out = dataclasses.asdict(self)
-        for name in ("transport", "train_seconds", "train_iterations"):
-            if not out[name]:
-                del out[name]
-        return out
-
-    def gradients(self) -> int:
-        """Target gradients per particle and temperature of the refinement (per particle trained)."""
-        return 1 if self.trained else self.moves * self.leapfrog
-
-    def configs(self, sconf: SamplerConfig, tconf: TrainConfig, pilot: bool = False) -> tuple[SamplerConfig, TrainConfig]:
-        """The sampler and training settings of this effort over the sizes of `sconf`/`tconf`. A
-        final run's adaptive tempering replays the temperatures and tuning of a population of its
-        own (`refine_tuning="pilot"`: Ẑ exactly unbiased); a `pilot`'s, which only measures the
-        effort, adapts each population from its own particles, sparing that population."""
-        settings = dict(POLICY_LEARNED if self.learned else POLICY_TRAINED if self.trained else POLICY_START)
-        iterations = settings.pop("iterations")
-        training = {"train_with": settings.pop("train_with")} if "train_with" in settings else {}
-        if self.learned:
-            iterations = self.train_iterations if self.train_iterations is not None else POLICY_LEARN_MAX_ITERATIONS
-        if self.transport:
-            settings["init"] = "flow"
-        if not self.trained:  # resampling after every temperature: the final weights are one increment's
-            settings.update(
-                refine_steps=self.moves, leapfrog=self.leapfrog, target_ess=self.target_ess, resample=self.target_ess,
-                refine_tuning="particles" if pilot else "pilot",
-            )
-        return dataclasses.replace(sconf, **settings), dataclasses.replace(tconf, iterations=iterations, **training)
-
-
-def first_effort(plan: RunPlan) -> Effort:
-    """The effort a run starts at: `POLICY_START`, in populations of the run's default size, with
-    the run's leapfrog steps per move (`--leapfrog`)."""
-    population = population_size(plan.num_samples, plan.particles, plan.target.dim)
-    return Effort(POLICY_START["refine_steps"], POLICY_START["target_ess"], population, leapfrog=plan.sconf.leapfrog)
-
-
-def escalate(
-    effort: Effort, codes: set, plan: RunPlan, moves_stalled: bool = False, tails_stalled: bool = False,
-    too_short: bool = False, can_transport: bool = True,
-) -> tuple[Optional[Effort], str]:
-    """The next effort after a pilot whose verdict gave the reason `codes`, and why; None when
-    nothing is left to raise. Each family of reasons raises its own part (moves for poor mixing,
-    the conditional ESS for degenerate weights, the population for runs too small to measure
-    themselves). Poor mixing doubles the moves up to `POLICY_MAX_MOVES`; then, as the last rung,
-    makes them longer: `POLICY_LONG_MOVES` moves of `POLICY_LEAPFROG` leapfrog steps (at about the
-    cost of the old rung of 60 short moves, longer trajectories travel further than more short
-    ones); `too_short` (`doubling_too_short`: the pilot's move correlation says twice the moves
-    would still barely move) goes to that rung at once. Moves come before particles: a population
-    whose moves did not mix keeps the duplicates resampling made, so its genealogy collapses and
-    its ESS is rough whatever its size; only once the moves mix (or are at their cap) do reasons
-    of a small population grow it. `moves_stalled` (`mixing_stalled`): raising the moves did not
-    lower their correlation as mixing would, so the moves, short or long, count as at their cap
-    (what holds the particles is a mode no move leaves); `tails_stalled` (`tails_stalled`): raising
-    the conditional ESS and the population did not lighten the weights' tails, so they count as at
-    their caps. Moves that cannot mix at their cap, or reasons
-    of no family, go to trained kernels; heavy-tailed weights or small populations at their caps
-    are left to the final run's verdict (None), since training never lightened them where it was
-    measured (student_t3, funnel, nice_mnist: k̂ still above 0.5 after 100–530 s of training;
-    docs/method.md). Stuck particles (`STUCK`) come first: where the run's start is auto's, the next
-    pilot samples the target through a flow fitted to it (`transport`, `--init flow`), from the first
-    effort again (what the other reasons asked for was asked of the old geometry); once transported,
-    from a start the user chose, or where no flow can be fitted (`can_transport` False: a
-    conditional target's start is one per datum), they raise nothing, and once the other reasons have nothing left
-    to raise, the final run is made at the effort reached."""
-    cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
-    moves, ess, population, leapfrog = effort.moves, effort.target_ess, effort.population, effort.leapfrog
-    stuck, codes = bool(codes & STUCK), set(codes) - STUCK
-    if stuck and can_transport and not effort.transport and not effort.trained and plan.sconf.init == "auto":
-        return dataclasses.replace(first_effort(plan), transport=True), (
-            "particles stuck where no step size of these moves reaches: the target through a fitted flow"
-        )
-    why = []
-    mixing = bool(codes & MIXING) and leapfrog < POLICY_LEAPFROG and not moves_stalled
-    more_moves = mixing and moves < POLICY_MAX_MOVES and not too_short
-    longer = mixing and not more_moves
-    if more_moves:
-        moves, why = min(2 * moves, POLICY_MAX_MOVES), why + ["the moves did not mix: more moves"]
-    elif longer:
-        moves, leapfrog = POLICY_LONG_MOVES, POLICY_LEAPFROG
-        why = why + [f"the moves did not mix: longer moves ({moves} of {leapfrog} leapfrog steps)"]
-    more_moves = more_moves or longer
-    higher = [e for e in POLICY_TARGET_ESS if e > ess and not tails_stalled]
-    if codes & DEGENERATE and higher:
-        ess, why = higher[0], why + ["the weights degenerated: more temperatures"]
-    grow = codes & DEGENERATE and not tails_stalled or codes & SMALL and not more_moves
-    if grow and population < cap:
-        population, why = min(2 * population, cap), why + ["populations too small to measure: larger ones"]
-    if why and not effort.trained:
-        return Effort(moves, ess, population, leapfrog=leapfrog, transport=effort.transport), "; ".join(why)
-    if stuck:
-        return None, "particles stuck where no step size of these moves reaches: nothing left to raise"
-    if not effort.trained and (codes & MIXING or not codes <= DEGENERATE | SMALL):
-        stalled = "more moves stopped helping the moves mix; " if moves_stalled and codes & MIXING else ""
-        return Effort(moves, ess, population, trained=True, leapfrog=leapfrog, transport=effort.transport), (
-            f"{stalled}nothing left to raise in adaptive SMC: trained kernels"
-        )
-    if not effort.trained:
-        return None, "nothing left to raise in adaptive SMC, and trained kernels do not lighten tails"
-    return None, "nothing left to raise"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,10 +284,12 @@ def falls_short(plan: RunPlan, policy: Policy, pilot: Stage) -> str:
     `ok`, or its size cap leaves its standard error above `max_se`), or "" when it would."""
     if pilot.record.status != "ok":
         return f"adaptive SMC's pilot is {pilot.record.status}"
-    se, n_pilot = pilot.record.log_z_stderr, pilot.num_samples
-    cap = MAX_FINAL_FACTOR * max(plan.num_samples, n_pilot)
-    if se is not None and se * math.sqrt(n_pilot / cap) > policy.max_se:
-        return f"adaptive SMC reaches an SE of {se * math.sqrt(n_pilot / cap):.3g} at most, above {policy.max_se:g}"
+    se = pilot.record.log_z_stderr
+    if se is not None:
+        n, _ = final_samples(plan, pilot.effort, se, pilot.num_samples, policy.max_se)
+        reached = se * math.sqrt(pilot.num_samples / n)
+        if reached > policy.max_se:
+            return f"adaptive SMC reaches an SE of {reached:.3g} at most, above {policy.max_se:g}"
     return ""
 
 
@@ -532,8 +374,8 @@ def _codes(record: Any) -> set:
 def _per_particle_move(stage: Stage) -> float:
     """Seconds per particle and gradient of a move (per particle for trained kernels) of a finished
     stage; its training's time is not the estimate's."""
-    seconds = stage.seconds - (getattr(stage.record, "train_seconds", 0.0) or 0.0 if stage.effort.trained else 0.0)
-    return max(seconds, 0.0) / max(stage.num_samples * stage.effort.gradients(), 1)
+    trained = (getattr(stage.record, "train_seconds", 0.0) or 0.0) if stage.effort.trained else 0.0
+    return max(stage.seconds - trained, 0.0) / max(stage.num_samples * stage.effort.gradients(), 1)
 
 
 def _predicted(last: Stage, effort: Effort, n: int) -> float:
