@@ -50,6 +50,7 @@ from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
 from mcd_cli.run.defaults import POLICY_START, population_size  # noqa: E402
 from mcd_cli.run.estimate import TUNING_STREAM, tuned_refinement  # noqa: E402
 from mcd_cli.run.smc_kernels import compiled  # noqa: E402
+from mcd_cli.targets import load_target  # noqa: E402
 from time_to_accuracy import sized_target  # noqa: E402
 
 OUTPUT = RESULTS / "learned_pays_cpu.json"
@@ -177,6 +178,16 @@ RUNNERS = {
 }
 
 
+def spec_target(spec: str, dim: int):
+    """The target a `--targets` entry names: `NAME`, `NAME@D` (its dim parameter) or
+    `NAME@KEY=VALUE` (another parameter, e.g. `nice_mnist@size=14`)."""
+    name, _, param = spec.partition("@")
+    if "=" in param:
+        key, _, value = param.partition("=")
+        return load_target(name, {key: int(value) if value.lstrip("-").isdigit() else value})
+    return sized_target(name, int(param) if param else dim)
+
+
 def render(data: dict) -> str:
     groups: dict = {}
     for key, cell in data["cells"].items():
@@ -212,7 +223,8 @@ def render(data: dict) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--targets", nargs="+", default=["brownian_motion", "funnel"],
-                        help="bundled targets; NAME@D sets a target's dim parameter to D (else --dim)")
+                        help="bundled targets; NAME@D sets a target's dim parameter to D (else --dim), "
+                             "NAME@KEY=VALUE another parameter (nice_mnist@size=14)")
     parser.add_argument("--dim", type=int, default=20, help="targets with a dim parameter (others keep theirs)")
     parser.add_argument("--budgets", type=float, nargs="+", default=[60.0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -235,8 +247,7 @@ def main(argv=None) -> None:
         settings["schedule"] = args.schedule
     results = ResultFile(args.output, "learned_pays", settings)
     for spec in args.targets:
-        name, _, dim = spec.partition("@")
-        target = sized_target(name, int(dim) if dim else args.dim)
+        target = spec_target(spec, args.dim)
         for budget in args.budgets:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for method in args.methods:

@@ -266,15 +266,19 @@ def laplace_importance(key, k, num: int, chunk: int = 4096) -> dict:
 # (1) mcd's adaptive tempered SMC, float32
 
 
-def mcd_smc(seed: int, model, particles: int, populations: int, moves: int, whitened: bool) -> dict:
+def mcd_smc(seed: int, model, particles: int, populations: int, moves: int, whitened) -> dict:
+    """(1) for one seed; `whitened`: "prior" (start from the exact prior), the Laplace fit (a dict
+    with its mode and C, C Cᵀ = H⁻¹: start from the Laplace Gaussian), or None (as shipped)."""
     from mcd_cli import run
     from mcd_cli.config import SamplerConfig, TrainConfig
     from mcd_cli.targets import load_target
     from mcd_cli.targets.transforms import whiten
 
     target = load_target(str(HERE.parent / "lgcp_pines.py"))
-    if whitened:
+    if whitened == "prior":
         target = whiten(target, np.full(DIM, model["mean"]), model["chol"])
+    elif whitened is not None:
+        target = whiten(target, np.asarray(whitened["mode"]), np.asarray(whitened["chol_cov"]))
     sconf = SamplerConfig(backward="ais", adaptive=True, refine="hmc", resample=0.5, refine_steps=moves)
     plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0),
                        num_samples=particles * populations, particles=particles, seed=seed)
@@ -302,11 +306,14 @@ def fmt(value, digits: int = 4) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="every part at a tiny size, to check the script")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds of (2)")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4], help="seeds of (2)")
     parser.add_argument("--mcd-particles", type=int, default=16384, help="(1): particles per population")
     parser.add_argument("--mcd-populations", type=int, default=4, help="(1): populations per seed")
     parser.add_argument("--mcd-moves", type=int, default=15, help="(1): HMC moves per temperature (mcd's default)")
-    parser.add_argument("--mcd-seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of (1)")
+    parser.add_argument("--mcd-seeds", type=int, nargs="*", default=[0, 1, 2], help="seeds of (1)")
+    parser.add_argument("--mcd-start", choices=("prior", "laplace"), default="prior",
+                        help="(1): whiten the target by the prior's Cholesky factor (start from the exact "
+                             "prior) or by the Laplace fit's (start from the Laplace Gaussian)")
     parser.add_argument("--shipped-seeds", type=int, nargs="*", default=[0],
                         help="(1) on the target as shipped (diagonal initial), recorded beside the reference")
     parser.add_argument("--particles", type=int, default=16384, help="(2): particles")
@@ -315,6 +322,9 @@ def main() -> None:
     parser.add_argument("--ess", type=float, default=0.5, help="(2): fraction of the ESS kept per temperature")
     parser.add_argument("--is-samples", type=int, default=65536, help="importance sampling from the Laplace fit")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--resume", type=Path, nargs="*", default=[],
+                        help="earlier outputs of this script whose runs count (same settings; their seeds "
+                             "are not run again): split the work over processes, then merge")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.mcd_seeds, args.shipped_seeds = args.seeds[:2], args.mcd_seeds[:2], args.shipped_seeds[:1]
@@ -328,6 +338,10 @@ def main() -> None:
     checked = check_against_package(model)
     print(f"density check against the bundled target: {checked}", flush=True)
     lap, imp, smc1, smc2, shipped = {}, {}, [], [], []
+    for path in args.resume:
+        earlier = json.loads(path.read_text())
+        for runs, part in ((smc2, "laplace_smc"), (smc1, "mcd_smc"), (shipped, "mcd_smc_as_shipped")):
+            runs.extend(r for r in earlier[part]["runs"] if r["seed"] not in {q["seed"] for q in runs})
 
     def summary() -> dict:
         mean1, se1 = spread([r["log_z"] for r in smc1])
@@ -354,7 +368,8 @@ def main() -> None:
                 "method": (
                     f"mcd-cli adaptive tempered SMC (float32; --backward ais --iterations 0 --resample 0.5 "
                     f"--refine hmc --schedule adaptive, {args.mcd_moves} moves) on the target whitened by "
-                    f"the prior's Cholesky factor, {args.mcd_populations} populations x "
+                    f"the {'prior' if args.mcd_start == 'prior' else 'Laplace fit'}'s Cholesky factor, "
+                    f"{args.mcd_populations} populations x "
                     f"{args.mcd_particles} particles per seed"
                 ),
                 "log_z_mean": mean1, "log_z_stderr": se1, "seeds": args.mcd_seeds, "runs": smc1,
@@ -383,6 +398,8 @@ def main() -> None:
         print(f"importance sampling from the Laplace fit: {imp}", flush=True)
         save()
         for seed in args.seeds:
+            if any(r["seed"] == seed for r in smc2):
+                continue
             start = time.perf_counter()
             r = laplace_smc(jax.random.key(seed), k, args.particles, args.moves, args.leapfrog, args.ess)
             r.update(seed=seed, seconds=time.perf_counter() - start)
@@ -391,9 +408,12 @@ def main() -> None:
             print(f"(2) seed {seed}: log Z = {r['log_z']:.4f} ({r['temperatures']} temperatures, "
                   f"acceptance {r['mean_acceptance']:.2f}, {r['seconds']:.0f} s)", flush=True)
 
-    for seeds, runs, whitened, label in ((args.mcd_seeds, smc1, True, "(1)"),
-                                         (args.shipped_seeds, shipped, False, "(1, as shipped)")):
+    start_at = "prior" if args.mcd_start == "prior" else lap
+    for seeds, runs, whitened, label in ((args.mcd_seeds, smc1, start_at, "(1)"),
+                                         (args.shipped_seeds, shipped, None, "(1, as shipped)")):
         for seed in seeds:
+            if any(r["seed"] == seed for r in runs):
+                continue
             r = mcd_smc(seed, model, args.mcd_particles, args.mcd_populations, args.mcd_moves, whitened)
             runs.append(r)
             save()
