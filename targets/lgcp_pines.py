@@ -18,9 +18,13 @@ Poisson likelihood of the counts, each cell of area a = 1/1600, without the cons
 
 The density is prior × likelihood **on x** (not on whitened coordinates), so log Z = log ∫ p(y | x)
 N(x; μ, K) dx is the literature's quantity (about 512.6, good to about ±1; DDS and CMCD report
-SMC-long 504.2 ± 2.8 and UHA 511.7 ± 0.7). No value is set here: the reference computation,
-data/reference_lgcp_pines.py (two methods, meant for a GPU), has not been run yet. Set `log_z`
-from its output, data/reference_lgcp_pines.json, once it has.
+SMC-long 504.2 ± 2.8 and UHA 511.7 ± 0.7). No value is set here. The reference computation,
+data/reference_lgcp_pines.py (two methods, meant for a GPU), run at the sizes a 2-core CPU allows
+(data/lgcp_reference_cpu/, data/README.md), gives 501.71 ± 0.05 by float64 SMC from the Laplace
+fit, 501.77 by the same sampler from the exact prior, while mcd's float32 SMC ends `unreliable` at
+that size; the two methods agree on 10 × 10 and 20 × 20 grids of the same data. Set `log_z` once
+the GPU run's two methods agree at full size (and the 11 nats to the literature's value are
+understood).
 
 The prior term is −½ (x − μ)ᵀ K⁻¹ (x − μ) − ½ log det(2π K), with K⁻¹ and log det K computed once
 in float64 at import (K is well conditioned: its eigenvalues run from 0.64 to 17.6) and K⁻¹ held as

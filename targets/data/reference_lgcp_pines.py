@@ -24,6 +24,11 @@ likelihood Σ_c [y_c x_c − exp(x_c) / 1600]. log Z = log ∫ p(y | x) N(x; μ,
     effective sample size, systematic resampling, then `--moves` HMC moves of `--leapfrog`
     leapfrog steps (identity mass in w, step size adapted between moves towards an acceptance
     rate of 0.65-0.85). Several seeds; the standard error is the spread over seeds over √seeds.
+Checks and splitting: `--mcd-start laplace` starts (1) from the Laplace Gaussian, `--smc-start
+prior` starts (2) from the exact prior (in coordinates whitened by the prior's Cholesky factor);
+`--grid N` runs everything on an N × N grid of the same data (a coarser grid, where the methods can
+be checked against each other cheaply; (1) through an mcd-cli target built from this script's
+density); `--resume FILE …` counts the runs of earlier outputs, so seeds split over processes merge.
 Also printed: the Laplace approximation of log Z, and plain importance sampling from the Laplace
 Gaussian (its ESS and Pareto k̂, from mcd_cli.stats) as a diagnostic. The script first checks that
 its float64 log density equals the bundled target's at random points (the target in float32 to
@@ -65,6 +70,13 @@ SIGNAL_VARIANCE = 1.91
 LENGTH = GRID / 33.0  # correlation length in grid cells: N β
 AREA = 1.0 / GRID**2
 DIM = GRID * GRID
+
+
+def set_grid(grid: int) -> None:
+    """The model on a `grid × grid` grid of the same data (cells of area 1/grid², correlation length
+    grid β cells, as the model defines them for any grid)."""
+    global GRID, LENGTH, AREA, DIM
+    GRID, LENGTH, AREA, DIM = grid, grid / 33.0, 1.0 / grid**2, grid * grid
 
 
 def build_model() -> dict:
@@ -266,6 +278,15 @@ def laplace_importance(key, k, num: int, chunk: int = 4096) -> dict:
 # (1) mcd's adaptive tempered SMC, float32
 
 
+def coarse_target(model):
+    """The model on a coarser grid (`--grid`) as an mcd-cli target, float32 like the bundled one
+    (which exists for the 40 × 40 grid only); its initial distribution the prior's marginals."""
+    from mcd_cli.targets import Target
+
+    return Target.create(lambda x: log_density(x, model), dim=DIM, initial_mean=model["mean"],
+                         initial_scale=np.sqrt(SIGNAL_VARIANCE), name=f"lgcp_pines_grid{GRID}")
+
+
 def mcd_smc(seed: int, model, particles: int, populations: int, moves: int, whitened) -> dict:
     """(1) for one seed; `whitened`: "prior" (start from the exact prior), the Laplace fit (a dict
     with its mode and C, C Cᵀ = H⁻¹: start from the Laplace Gaussian), or None (as shipped)."""
@@ -274,7 +295,7 @@ def mcd_smc(seed: int, model, particles: int, populations: int, moves: int, whit
     from mcd_cli.targets import load_target
     from mcd_cli.targets.transforms import whiten
 
-    target = load_target(str(HERE.parent / "lgcp_pines.py"))
+    target = load_target(str(HERE.parent / "lgcp_pines.py")) if GRID == 40 else coarse_target(model)
     if whitened == "prior":
         target = whiten(target, np.full(DIM, model["mean"]), model["chol"])
     elif whitened is not None:
@@ -320,7 +341,15 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=10, help="(2): HMC moves per temperature")
     parser.add_argument("--leapfrog", type=int, default=10, help="(2): leapfrog steps per HMC move")
     parser.add_argument("--ess", type=float, default=0.5, help="(2): fraction of the ESS kept per temperature")
+    parser.add_argument("--smc-start", choices=("laplace", "prior"), default="laplace",
+                        help="(2): start from the Laplace Gaussian, in coordinates whitened by it (the "
+                             "reference), or from the exact prior, in coordinates whitened by its Cholesky "
+                             "factor (a check on the Laplace start: same sampler, another path)")
     parser.add_argument("--is-samples", type=int, default=65536, help="importance sampling from the Laplace fit")
+    parser.add_argument("--grid", type=int, default=GRID,
+                        help="cells per side: a coarser grid of the same data (e.g. 10 or 20) checks the "
+                             "methods where importance sampling from the Laplace fit is a third answer; "
+                             "writes to a temporary file unless --out is given")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--resume", type=Path, nargs="*", default=[],
                         help="earlier outputs of this script whose runs count (same settings; their seeds "
@@ -330,12 +359,15 @@ def main() -> None:
         args.seeds, args.mcd_seeds, args.shipped_seeds = args.seeds[:2], args.mcd_seeds[:2], args.shipped_seeds[:1]
         args.mcd_particles, args.mcd_populations, args.mcd_moves = 128, 2, 2
         args.particles, args.moves, args.leapfrog, args.is_samples = 256, 2, 3, 1024
+    if args.grid != GRID:
+        set_grid(args.grid)
     out = args.out or (Path(tempfile.gettempdir()) / "reference_lgcp_pines.quick.json" if args.quick
+                       else Path(tempfile.gettempdir()) / f"reference_lgcp_pines.grid{GRID}.json" if GRID != 40
                        else HERE / "reference_lgcp_pines.json")
     print(f"JAX {jax.__version__} on {jax.devices()[0].device_kind}; writing {out}", flush=True)
 
     model = build_model()
-    checked = check_against_package(model)
+    checked = check_against_package(model) if GRID == 40 else None
     print(f"density check against the bundled target: {checked}", flush=True)
     lap, imp, smc1, smc2, shipped = {}, {}, [], [], []
     for path in args.resume:
@@ -349,7 +381,8 @@ def main() -> None:
         both = None not in (mean1, mean2, se1, se2)
         tolerance = 2.0 * float(np.hypot(se1, se2)) if both else None
         return {
-            "target": "targets/lgcp_pines.py",
+            "target": "targets/lgcp_pines.py" if GRID == 40 else f"the same model on a {GRID} x {GRID} grid",
+            "grid": GRID,
             "log_z": mean2,
             "quick": bool(args.quick),
             "density_check": checked,
@@ -357,7 +390,8 @@ def main() -> None:
             "laplace_importance": imp,
             "laplace_smc": {
                 "method": (
-                    f"adaptive tempered SMC (float64) from the Laplace Gaussian to the posterior in "
+                    f"adaptive tempered SMC (float64) from the "
+                    f"{'Laplace Gaussian' if args.smc_start == 'laplace' else 'prior'} to the posterior in "
                     f"coordinates whitened by it, {args.particles} particles, β by bisection keeping "
                     f"{args.ess:g} of the ESS, systematic resampling, {args.moves} HMC moves x "
                     f"{args.leapfrog} leapfrog steps per temperature"
@@ -392,7 +426,8 @@ def main() -> None:
         start = time.perf_counter()
         lap.update(laplace(model))
         print(f"Laplace: log Z ≈ {lap['log_z']:.4f} ({lap['newton_iterations']} Newton steps)", flush=True)
-        k = path_constants(model, lap)
+        k = path_constants(model, lap if args.smc_start == "laplace"
+                           else {"mode": np.full(DIM, model["mean"]), "chol_cov": model["chol"]})
         imp.update(laplace_importance(jax.random.key(12345), k, args.is_samples))
         imp["seconds"] = time.perf_counter() - start
         print(f"importance sampling from the Laplace fit: {imp}", flush=True)
