@@ -33,7 +33,7 @@ EXPECTED = {
     "diabetes_linreg": (10, pytest.approx(-496.5845444, abs=1e-6), 1.0),
     "brownian_motion": (32, pytest.approx(1.1877491, abs=1e-6), 1.0),
     "nice_mnist": (49, 0.0, 1.0),
-    "lgcp_pines": (1600, None, math.sqrt(1.91)),  # log Z not yet computed: data/reference_lgcp_pines.py
+    "lgcp_pines": (1600, pytest.approx(501.7128015, abs=1e-6), math.sqrt(1.91)),  # data/lgcp_reference_cpu/grid40.json
 }
 # name -> initial mean, where it is not 0 (the prior's mean, log 126 − 1.91/2)
 INITIAL_MEAN = {"lgcp_pines": math.log(126) - 1.91 / 2}
