@@ -434,9 +434,10 @@ def main() -> None:
         start = time.perf_counter()
         lap.update(laplace(model))
         print(f"Laplace: log Z ≈ {lap['log_z']:.4f} ({lap['newton_iterations']} Newton steps)", flush=True)
-        k = path_constants(model, lap if args.smc_start == "laplace"
-                           else {"mode": np.full(DIM, model["mean"]), "chol_cov": model["chol"]})
+        k = path_constants(model, lap)  # the Laplace fit's coordinates: importance sampling's, and (2)'s start
         imp.update(laplace_importance(jax.random.key(12345), k, args.is_samples))
+        if args.smc_start == "prior":
+            k = path_constants(model, {"mode": np.full(DIM, model["mean"]), "chol_cov": model["chol"]})
         imp["seconds"] = time.perf_counter() - start
         print(f"importance sampling from the Laplace fit: {imp}", flush=True)
         save()
