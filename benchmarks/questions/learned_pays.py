@@ -21,6 +21,12 @@ and estimation all count) and spends it as a user's run would:
   refinement tuned on a pilot population and frozen) until the budget is spent.
 - `flow-learned-smc`: `learned-smc` in the variables of `flow` (`--init flow`): the MCD kernels
   learn what the fitted flow left of the target's shape; the flow's fit counts in the budget.
+- `learned-smc-logvar`, `learned-is-logvar`: `learned-smc` and `learned-is` with the log-variance
+  loss (`--loss logvar`, trajectories held fixed) in place of the ELBO.
+
+Every arm also records how its populations' log Ẑ spread: their standard deviation and the share of
+the mean of Ẑ that the largest population carries (`top_share`; near 1/n when they agree, near 1
+when one population rules the mean).
 
 The number of populations follows the clock, not the estimates, so stopping adds no bias. Each
 (target, budget, seed, method) cell records the error and what was spent; `--render` writes the
@@ -54,7 +60,8 @@ from mcd_cli.targets import load_target  # noqa: E402
 from time_to_accuracy import sized_target  # noqa: E402
 
 OUTPUT = RESULTS / "learned_pays_cpu.json"
-METHODS = ("adaptive", "flow", "blackjax", "learned-smc", "learned-is", "flow-learned-smc")
+METHODS = ("adaptive", "flow", "blackjax", "learned-smc", "learned-is", "flow-learned-smc", "learned-smc-logvar",
+           "learned-is-logvar")
 
 
 def log_z_of(out, num: int) -> float:
@@ -65,6 +72,17 @@ def mean_log_z(values: list) -> float:
     v = np.asarray(values, np.float64)
     v = v[np.isfinite(v)]
     return float(logsumexp(v) - math.log(v.size)) if v.size else float("nan")
+
+
+def spread(values: list) -> dict:
+    """How the populations' log Ẑ spread: their standard deviation, and the share of the mean of Ẑ
+    that the largest population carries (near 1/n when they agree, near 1 when one rules the mean)."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return {}
+    return {"population_sd": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+            "top_share": float(np.exp(v.max() - logsumexp(v)))}
 
 
 def spend(deadline: float, one_population) -> tuple[list, int]:
@@ -86,7 +104,8 @@ def run_adaptive(target, seed: int, budget: float, args, init: str = "auto") -> 
     params = training.init_train_state(jax.random.key(seed), fitted, sconf, TrainConfig(iterations=0)).params
     key = jax.random.fold_in(jax.random.key(seed), 1)
     values, n = spend(t0 + budget, lambda j: log_z_of(smc_run(params, jax.random.fold_in(key, j)), num))
-    return {"log_z": mean_log_z(values), "populations": n, "particles": num, "seconds": time.perf_counter() - t0}
+    return {"log_z": mean_log_z(values), "populations": n, "particles": num, "seconds": time.perf_counter() - t0,
+            **spread(values)}
 
 
 def blackjax_sampler(target):
@@ -133,17 +152,19 @@ def run_blackjax(target, seed: int, budget: float, args) -> dict:
         return log_z if float(state.sampler_state.tempering_param) >= 1.0 else float("nan")
 
     values, n = spend(t0 + budget, one)
-    return {"log_z": mean_log_z(values), "populations": n, "particles": num, "seconds": time.perf_counter() - t0}
+    return {"log_z": mean_log_z(values), "populations": n, "particles": num, "seconds": time.perf_counter() - t0,
+            **spread(values)}
 
 
-def run_learned(target, seed: int, budget: float, args, train_with: str, init: str = "auto") -> dict:
+def run_learned(target, seed: int, budget: float, args, train_with: str, init: str = "auto",
+                objective: str = "elbo") -> dict:
     t0 = time.perf_counter()
     sconf = SamplerConfig(
         sampler="ula", backward="mcd", steps=args.steps, hidden=hidden_for(target.dim), step_size="pilot",
         resample=0.5, refine="hmc", refine_steps=5, init=init,
         learn_schedule=args.schedule != "linear", schedule_start="tempered" if args.schedule == "tempered" else "linear",
     )
-    tconf = TrainConfig(iterations=10**9, batch_size=128, train_with=train_with)
+    tconf = TrainConfig(iterations=10**9, batch_size=128, train_with=train_with, objective=objective)
     plan = run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=seed)
     begin = run.start(plan)
     fitted = begin.target
@@ -165,7 +186,7 @@ def run_learned(target, seed: int, budget: float, args, train_with: str, init: s
         t0 + budget, lambda j: log_z_of(smc_run(state.params, jax.random.fold_in(key_estimate, j), frozen), num)
     )
     return {"log_z": mean_log_z(values), "populations": n, "particles": num, "iterations": int(state.iteration),
-            "train_seconds": trained_seconds, "seconds": time.perf_counter() - t0}
+            "train_seconds": trained_seconds, "seconds": time.perf_counter() - t0, **spread(values)}
 
 
 RUNNERS = {
@@ -175,6 +196,8 @@ RUNNERS = {
     "learned-smc": lambda t, s, b, a: run_learned(t, s, b, a, "smc"),
     "learned-is": lambda t, s, b, a: run_learned(t, s, b, a, "is"),
     "flow-learned-smc": lambda t, s, b, a: run_learned(t, s, b, a, "smc", init="flow"),
+    "learned-smc-logvar": lambda t, s, b, a: run_learned(t, s, b, a, "smc", objective="logvar"),
+    "learned-is-logvar": lambda t, s, b, a: run_learned(t, s, b, a, "is", objective="logvar"),
 }
 
 
