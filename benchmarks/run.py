@@ -18,6 +18,8 @@ drawn again.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib
 import sys
 from pathlib import Path
@@ -98,12 +100,30 @@ def write_rendered(question: str, config: dict) -> Path:
 
 
 def convert(question: str, config: dict, files: list[Path]) -> None:
+    """Adds `files`' rows to results/QUESTION.jsonl and redraws its table, holding the question's lock
+    (`_locked`) from the read to the write."""
     import results
 
     new = [row for f in files for row in results.rows_of(question, f)]
-    results.merge(question, new)
-    print(f"{len(new)} rows from {len(files)} file(s) -> {results.path_of(question)}", file=sys.stderr)
-    print(f"table -> {write_rendered(question, config)}", file=sys.stderr)
+    with _locked(question):
+        results.merge(question, new)
+        print(f"{len(new)} rows from {len(files)} file(s) -> {results.path_of(question)}", file=sys.stderr)
+        print(f"table -> {write_rendered(question, config)}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _locked(question: str):
+    """An exclusive lock on the question's results (`results/raw/.QUESTION.lock`, git-ignored). The
+    merge reads the jsonl, replaces its sources' rows and writes it: two jobs that end at once would
+    each write what they read before the other's rows were there, and one job's rows would be lost."""
+    lock = HERE / "results" / "raw" / f".{question}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _output_of(argv: list[str]) -> Path | None:

@@ -425,19 +425,19 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_falls_short_an
     # The adaptive pilot took 1 s and predicts 16 s for its final run (131,072 particles): 383 s to
     # spare, half of it to train.
     assert adaptive.sconf.adaptive and learning.train_seconds == pytest.approx(0.5 * 383.0)
-    assert not learning.sconf.adaptive and learning.sconf.backward == "mcd" and learning.tconf.train_with == "smc"
+    assert not learning.sconf.adaptive and learning.sconf.backward == "mcd" and learning.tconf.train_with == "is"
     assert learning.sconf.resample > 0 and learning.tconf.iterations == defaults.POLICY_LEARN_MAX_ITERATIONS
     # The final run reuses the learning pilot's kernels and names the updates they had: its config
     # trains exactly those, with no clock in it; the learned pilot's SE sizes it.
     assert final.train_stage == 1 and final.stage == 2 and final.train_seconds is None
-    assert final.tconf.iterations == 600 and final.tconf.train_with == "smc" and final.sconf == learning.sconf
+    assert final.tconf.iterations == 600 and final.tconf.train_with == "is" and final.sconf == learning.sconf
     assert final.num_samples == 32768  # 8192 · (0.02 / 0.01)²
     stages = rec.policy["stages"]
     assert [s["role"] for s in stages] == ["pilot", "pilot", "final"] and rec.policy["reported_stage"] == 2
     assert "reaches an SE of 0.0125 at most, above 0.01; time to spare" in stages[0]["decision"]
     assert "pilot ok after 600 updates: final run with these kernels" in stages[1]["decision"]
     assert stages[1]["effort"]["train_seconds"] == pytest.approx(191.5) and stages[2]["effort"]["train_iterations"] == 600
-    assert "train_seconds" not in stages[0]["effort"] and "learned with SMC in the loop" in stages[2]["method"]
+    assert "train_seconds" not in stages[0]["effort"] and "learned by importance sampling" in stages[2]["method"]
 
 
 @pytest.mark.parametrize(
@@ -467,7 +467,7 @@ def test_an_ok_learned_pilot_replaces_an_adaptive_effort_that_is_not_ok():
     final = calls[-1]
     assert not final.sconf.adaptive and final.train_stage == 1 and final.tconf.iterations == 900
     assert rec.policy["stages"][0]["decision"].endswith("adaptive SMC's pilot is warn; time to spare: first MCD "
-                                                        "kernels learned with SMC in the loop for at most 98 s")
+                                                        "kernels learned for at most 98 s")
 
 
 def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow():

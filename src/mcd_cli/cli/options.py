@@ -361,8 +361,8 @@ OPTIONS: dict[str, Any] = {
         str, "--time-limit", panel=RUN,
         help="Wall time the default policy may take, e.g. 90s, 10m, 2h; it stops escalating when the next stage "
         "would not fit and reports the stages that finished. Where adaptive SMC falls short of what was asked, time "
-        "to spare goes to MCD kernels learned with SMC in the loop, used when their pilot does better. (default: "
-        "none; the ladder's length bounds the run)",
+        "to spare goes to learned MCD kernels, used when their pilot does better. (default: none; the ladder's "
+        "length bounds the run)",
     ),
     "debug": option(bool, "--debug", panel=RUN, help="Show the traceback when something fails."),
 }

@@ -114,15 +114,20 @@ POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "res
 # With a --time-limit, where the adaptive final run falls short of what was asked (its pilot is not
 # `ok`, or MAX_FINAL_FACTOR leaves its SE above --max-se) and the limit leaves time beside it, the
 # policy spends POLICY_LEARN_SHARE of that time (at least POLICY_LEARN_MIN_SECONDS, at most
-# POLICY_LEARN_MAX_ITERATIONS updates) learning MCD kernels (`POLICY_LEARNED`: trained with SMC in
-# the loop) in a pilot that the final run reuses when it made at least POLICY_LEARN_MIN_UPDATES
-# updates, is `ok`, and, against an `ok` adaptive pilot, buys a smaller SE per second of estimating.
-# The learned-kernels benchmark (benchmarks/results/learned_pays.md) saw the learned kernels beat
-# the policy's first effort after 400-2,400 updates on three targets and lose by 4-37 nats at d = 200
-# after 150-200; inside the policy, against its raised efforts, they had about twice the variance
+# POLICY_LEARN_MAX_ITERATIONS updates) learning MCD kernels (`POLICY_LEARNED`: trained by the clock
+# as an importance sampler, `train_with="is"`) in a pilot that the final run reuses when it made at
+# least POLICY_LEARN_MIN_UPDATES updates, is `ok`, and, against an `ok` adaptive pilot, buys a
+# smaller SE per second of estimating. The training mode is the one the learned-kernels benchmark
+# (benchmarks/results/learned_pays.md) measured winning: importance-sampling training beat mcd's
+# untrained SMC on brownian_motion and many_well at 3 and 10 minutes (RMSE 0.008-0.019 against
+# 0.029-0.054) and on the funnel (0.255-0.264 against 0.400-0.403), where training with SMC in the
+# loop got worse with longer training (brownian_motion 0.029 at 3 minutes, 0.052 at 10) and blew
+# up at one seed of five on many_well (+7.6 at 10). Both modes lost at d = 200 after 150-250
+# updates (gauss_narrow 14-35 nats low, gmm8 errors up to 4 nats, against 0.07 and 0.7 untrained);
+# inside the policy, against its raised efforts, the learned kernels had about twice the variance
 # per second (docs/method.md, "The default policy", step 4). Not through a fitted flow, where the
 # flow alone did better (0.003-0.018 against 0.012-0.027).
-POLICY_LEARNED = {**POLICY_TRAINED, "train_with": "smc"}
+POLICY_LEARNED = {**POLICY_TRAINED, "train_with": "is"}
 POLICY_LEARN_SHARE = 0.5
 POLICY_LEARN_MIN_SECONDS = 30.0
 POLICY_LEARN_MIN_UPDATES = 400

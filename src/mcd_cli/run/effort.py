@@ -37,9 +37,9 @@ class Effort:
     at, particles per population, whether the kernels are trained MCD ones (`POLICY_TRAINED`), and
     the leapfrog steps of each HMC move (adaptive SMC), and whether the target is sampled through a
     flow fitted to it (`transport`: `--init flow`, `init.flow`). Kernels *learned* with time to
-    spare (`POLICY_LEARNED`: trained with SMC in the loop) train for at most `train_seconds` in
-    their pilot; the final run that reuses them names the updates that pilot made
-    (`train_iterations`), so that its config reproduces it."""
+    spare (`POLICY_LEARNED`: trained by the clock as an importance sampler) train for at most
+    `train_seconds` in their pilot; the final run that reuses them names the updates that pilot
+    made (`train_iterations`), so that its config reproduces it."""
 
     moves: int
     target_ess: float
@@ -61,7 +61,7 @@ class Effort:
                 f"{self.train_iterations} updates" if self.train_iterations is not None
                 else f"at most {self.train_seconds:.0f} s"
             )
-            return f"MCD kernels learned with SMC in the loop ({spent}), in SMC, populations of {self.population}"
+            return f"MCD kernels learned by importance sampling ({spent}), in SMC, populations of {self.population}"
         if self.trained:
             return f"trained MCD in SMC{through}, populations of {self.population}"
         return (

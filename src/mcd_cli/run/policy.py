@@ -9,9 +9,9 @@ then made at the chosen effort, with enough particles for the standard error to 
 earns, whatever that is.
 
 Where that final run would fall short of what was asked (`falls_short`) and a `--time-limit`
-leaves time to spare beside it (`learn_seconds`), one more pilot learns MCD kernels with SMC in the
-loop for part of it (`POLICY_LEARNED`), and the final run uses them instead when that pilot does
-better (`_learn`); else the final run is the adaptive one chosen before.
+leaves time to spare beside it (`learn_seconds`), one more pilot learns MCD kernels, trained as an
+importance sampler, for part of it (`POLICY_LEARNED`), and the final run uses them instead when
+that pilot does better (`_learn`); else the final run is the adaptive one chosen before.
 
 Why pilots, not "stop at the first `ok` run": the decision where to stop is made on runs whose
 random numbers the reported estimate does not share, so it selects an effort, never an estimate
@@ -240,7 +240,7 @@ def run_policy(
             short = falls_short(plan, policy, chosen)
             learning = learn_seconds(policy, final[0], left() - _predicted(chosen, *final)) if short else None
             if learning is not None:
-                add(f"{short}; time to spare: first MCD kernels learned with SMC in the loop for at most {learning:.0f} s")
+                add(f"{short}; time to spare: first MCD kernels learned for at most {learning:.0f} s")
                 learned, n_learned = _learn(plan, policy, final[0], chosen, learning, one, decide, add)
                 if learned is not None:
                     final, chosen = (learned, n_learned), stages[-1]
@@ -308,7 +308,7 @@ def _learn(
     plan: RunPlan, policy: Policy, adaptive: Effort, pilot: Stage, seconds: float, one: Callable,
     decide: Callable, add: Callable,
 ) -> tuple[Optional[Effort], int]:
-    """A learning pilot: MCD kernels trained with SMC in the loop for at most `seconds`, then
+    """A learning pilot: MCD kernels trained (`POLICY_LEARNED`) for at most `seconds`, then
     estimated like any pilot. Its kernels, and the final size its standard error asks for, when it
     made at least `POLICY_LEARN_MIN_UPDATES` updates, its verdict is `ok` and predicts an `ok` final
     run (`predicts_ok`), and, where the adaptive `pilot` was `ok` too, it reaches a smaller standard
