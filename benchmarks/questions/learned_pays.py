@@ -156,14 +156,20 @@ def run_blackjax(target, seed: int, budget: float, args) -> dict:
             **spread(values)}
 
 
+def learned_sconf(target, steps: int = 64, schedule: str = "linear", init: str = "auto") -> SamplerConfig:
+    """The learned arms' sampler: ULA-MCD with K = `steps` and the step-size pilot, estimated in SMC
+    (resampling at ESS/N 0.5, 5 HMC moves per resampling)."""
+    return SamplerConfig(
+        sampler="ula", backward="mcd", steps=steps, hidden=hidden_for(target.dim), step_size="pilot",
+        resample=0.5, refine="hmc", refine_steps=5, init=init,
+        learn_schedule=schedule != "linear", schedule_start="tempered" if schedule == "tempered" else "linear",
+    )
+
+
 def run_learned(target, seed: int, budget: float, args, train_with: str, init: str = "auto",
                 objective: str = "elbo") -> dict:
     t0 = time.perf_counter()
-    sconf = SamplerConfig(
-        sampler="ula", backward="mcd", steps=args.steps, hidden=hidden_for(target.dim), step_size="pilot",
-        resample=0.5, refine="hmc", refine_steps=5, init=init,
-        learn_schedule=args.schedule != "linear", schedule_start="tempered" if args.schedule == "tempered" else "linear",
-    )
+    sconf = learned_sconf(target, args.steps, args.schedule, init)
     tconf = TrainConfig(iterations=10**9, batch_size=128, train_with=train_with, objective=objective)
     plan = run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=seed)
     begin = run.start(plan)

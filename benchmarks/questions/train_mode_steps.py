@@ -18,13 +18,14 @@ import dataclasses
 import time
 from pathlib import Path
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from common import RESULTS, ResultFile, log  # noqa: E402
-from mcd_cli import annealing, run, training  # noqa: E402
-from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
-from mcd_cli.targets import load_target  # noqa: E402
+from common import RESULTS, ResultFile, log
+from learned_pays import learned_sconf
+from mcd_cli import annealing, run, training
+from mcd_cli.config import TrainConfig
+from mcd_cli.targets import load_target
 
 
 def step_sizes(state, target, sconf) -> np.ndarray:
@@ -44,8 +45,7 @@ def main(argv: list[str] | None = None) -> None:
                                                         "seed": args.seed, "block": args.block})
     target = load_target(args.target, {})
     for mode in args.modes:
-        sconf = SamplerConfig(sampler="ula", backward="mcd", steps=64, hidden=hidden_for(target.dim), step_size="pilot",
-                              resample=0.5, refine="hmc", refine_steps=5)
+        sconf = learned_sconf(target)
         tconf = TrainConfig(iterations=args.updates, batch_size=128, train_with=mode)
         begin = run.start(run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=args.seed))
         fitted = begin.target

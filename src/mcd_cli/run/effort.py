@@ -25,6 +25,9 @@ SMALL = frozenset({
     "stderr_spread_larger", "stderr_from_spread", "populations_scatter", "nonfinite_weights",
 })
 
+# How a stage's `method` names the training mode of learned kernels (`POLICY_LEARNED["train_with"]`).
+TRAINED_BY = {"is": "by importance sampling", "smc": "with SMC in the loop"}
+
 # Particles stuck where the moves' step size cannot reach (a funnel's neck): no effort of adaptive
 # SMC moves them (more or longer moves of the same step size), nor did training (docs/method.md);
 # a change of variables by a fitted flow does (`init.flow`), so it comes first.
@@ -61,7 +64,8 @@ class Effort:
                 f"{self.train_iterations} updates" if self.train_iterations is not None
                 else f"at most {self.train_seconds:.0f} s"
             )
-            return f"MCD kernels learned by importance sampling ({spent}), in SMC, populations of {self.population}"
+            by = TRAINED_BY[POLICY_LEARNED["train_with"]]
+            return f"MCD kernels learned {by} ({spent}), in SMC, populations of {self.population}"
         if self.trained:
             return f"trained MCD in SMC{through}, populations of {self.population}"
         return (
