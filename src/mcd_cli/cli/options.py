@@ -354,15 +354,16 @@ OPTIONS: dict[str, Any] = {
     ),
     "max_se": option(
         float, "--max-se", panel=RUN,
-        help="The standard error (nats) the default policy sizes its final run for; with explicit method "
-        f"options it is not used. (default: {DEFAULT_MAX_SE:g})",
+        help="The standard error (nats) the default policy sizes its final run for (at most 8 × --samples "
+        "particles, or with --time-limit as many as the time left allows); with explicit method options it is not "
+        f"used. (default: {DEFAULT_MAX_SE:g})",
     ),
     "time_limit": option(
         str, "--time-limit", panel=RUN,
         help="Wall time the default policy may take, e.g. 90s, 10m, 2h; it stops escalating when the next stage "
-        "would not fit and reports the stages that finished. Where adaptive SMC falls short of what was asked, time "
-        "to spare goes to learned MCD kernels, used when their pilot does better. (default: none; the ladder's "
-        "length bounds the run)",
+        "would not fit and reports the stages that finished; the final run grows towards --max-se as far as the "
+        "time left allows. Where adaptive SMC's pilots end short of ok, time to spare goes to learned MCD kernels, "
+        "used when their pilot is ok. (default: none; the ladder's length bounds the run)",
     ),
     "debug": option(bool, "--debug", panel=RUN, help="Show the traceback when something fails."),
 }
