@@ -1,9 +1,13 @@
 """The records of a few small runs are what they were before the redesign (tests/golden/).
 
 Each case reruns `mcd ... --json` and compares every field of every record, except those that
-depend on the machine, the time or the path, with the golden record: floats to 1e-6 (the runs are
-deterministic; different random numbers would move log Ẑ by a standard error, orders of magnitude
-more), everything else exactly. `reason_codes` (the redesign) and `policy` (the default policy) are
+depend on the machine, the time or the path, with the golden record: floats to 1e-5 (relative or
+absolute), and the statistics fitted to the weights' tail or to a trend (`pareto_k*`,
+`stationarity_*`), which magnify float32 rounding, to 1e-4 absolute; everything else exactly. The
+runs are deterministic on one machine, but XLA's CPU code differs between processors (AVX-512 or
+not, FMA contraction): between an Intel Xeon and an AMD EPYC log Ẑ moved by at most 5e-7 and a
+Pareto k̂ by 4e-6. Different random numbers, or a changed algorithm, move log Ẑ by a standard error
+(0.01-0.1 here) and k̂ by several hundredths, orders of magnitude more than either tolerance. `reason_codes` (the redesign) and `policy` (the default policy) are
 new and not in the golden files, nor are the config's `train_with` (its default, "is", is the old
 training), `refine_tuning` and `schedule_start`; the cases smc_ula_mcd and smc_uha_mcd were re-made
 when a fixed schedule's refinement came to be tuned on a pilot and frozen (`--refine-tuning pilot`),
@@ -27,6 +31,8 @@ NEW_FIELDS = {
     "reason_codes", "policy", "checkpoint_failures", "pareto_k_populations", "train_with", "refine_tuning", "schedule_start",
     "stuck_particles",
 }
+# Statistics fitted to the tail of the weights or to a trend across steps: they magnify rounding.
+FITTED = ("pareto_k", "stationarity_")
 
 
 def assert_same(new, old, where="record"):
@@ -42,7 +48,9 @@ def assert_same(new, old, where="record"):
         for i, (a, b) in enumerate(zip(new, old)):
             assert_same(a, b, f"{where}[{i}]")
     elif isinstance(old, float) and not isinstance(new, bool):
-        assert isinstance(new, (int, float)) and math.isclose(new, old, rel_tol=1e-6, abs_tol=1e-6), (
+        fitted = any(name in where for name in FITTED)
+        tolerance = dict(rel_tol=0.0, abs_tol=1e-4) if fitted else dict(rel_tol=1e-5, abs_tol=1e-5)
+        assert isinstance(new, (int, float)) and math.isclose(new, old, **tolerance), (
             f"{where}: {new!r} != {old!r}"
         )
     else:
