@@ -15,7 +15,7 @@ from conftest import records
 
 from mcd_cli import run
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.errors import Interrupted, RunFailed
+from mcd_cli.errors import Interrupted, RunFailed, TooSlow
 from mcd_cli.run import defaults, pilots
 from mcd_cli.run import policy as pol
 from mcd_cli.stats.reasons import Reason
@@ -72,6 +72,8 @@ def _script(*verdicts, seconds=1.0, clock=None):
             raise Interrupted("stopped", 0, 0)
         if status == "failed":
             raise RunFailed("training diverged")
+        if status == "slow":
+            raise TooSlow(120, 60.0, plan.train_min_updates, plan.train_seconds)
         return _Record(
             0.0, se, status, _Combined(tuple(Reason(c, {}) for c in codes)), plan,
             iterations_run=updates[0] if updates else 0, train_seconds=trained,
@@ -477,6 +479,71 @@ def test_learned_kernels_are_used_only_after_enough_updates_and_an_ok_pilot(lear
     # The adaptive final run is the one a run without time to spare would make (the same size).
     assert final.sconf.adaptive and final.train_stage is None and final.num_samples == 16384
     assert rec.policy["stages"][-1]["role"] == "final" and why in json.dumps(rec.policy["stages"], ensure_ascii=False)
+
+
+def test_learning_too_slow_to_make_its_updates_stops_early_and_the_final_run_is_adaptive():
+    clock = _Clock()
+    warn = ("warn", 0.05, ("pareto_k_warn",))
+    execute_stage, calls = _script(warn, ("slow", None, ()), ("ok", 0.01, ()), clock=clock)
+    rec = pol.run_policy(_plan(time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    adaptive, learning, final = calls
+    # The learning pilot is asked for the updates its kernels need to be used, and stops without an
+    # estimate when its rate says it cannot make them: no stage of it, the adaptive final run.
+    assert learning.train_min_updates == defaults.POLICY_LEARN_MIN_UPDATES and learning.train_seconds > 0
+    assert adaptive.train_min_updates is None and final.train_min_updates is None
+    assert final.sconf.adaptive and final.train_stage is None and final.num_samples == 16384
+    stages = rec.policy["stages"]
+    assert [s["role"] for s in stages] == ["pilot", "final"]
+    assert stages[0]["decision"].endswith(
+        "learning stopped early (120 updates in 60 s: at that rate fewer than 400 in the 198 s allowed): "
+        "the final run is the adaptive one"
+    )
+
+
+def test_the_rate_rule_stops_training_that_cannot_make_its_updates():
+    """`training._too_slow`: the updates made plus those the rate since the end of the first chunk
+    adds by the deadline, against those needed (at most the iterations asked)."""
+    from mcd_cli.training import _too_slow
+
+    # 20 updates at t = 2 s, 10 of them since the first chunk ended at 1 s: 10 per second, 8 s left.
+    assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 100, 1000)  # 20 + 80 = 100: just enough
+    assert _too_slow(20, (10, 1.0), 2.0, 10.0, 101, 1000)
+    assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 101, 100)  # never more than the iterations asked
+    assert not _too_slow(10, (10, 1.0), 2.0, 10.0, 10**6, 10**6)  # no update since: no rate yet
+    assert _too_slow(20, (10, 1.0), 12.0, 10.0, 21, 1000)  # past the deadline, nothing more comes
+
+
+def test_a_training_too_slow_for_its_updates_stops_after_its_second_chunk(monkeypatch):
+    """`fit`'s `min_updates` through `execute`: with a clock that advances 1 s per reading, chunks of
+    10 updates run at 10 per second after the first; a 3-s budget then reaches 30 updates."""
+    import types
+
+    from mcd_cli import training
+    from mcd_cli.targets import load_target
+
+    target = load_target("gmm8", {"dim": "2"})
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, step_size="pilot", unroll=1)
+    base = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=40, batch_size=16, chunk=10),
+                       num_samples=1024, seed=3, stage=0, train_seconds=3.0)
+
+    def ticking():
+        now = [-1.0]
+
+        def perf_counter():
+            now[0] += 1.0
+            return now[0]
+
+        return types.SimpleNamespace(perf_counter=perf_counter)
+
+    # At the second chunk's end (t = 2 s) 20 updates and 10 more by the 3-s budget: 30 < 40 needed.
+    monkeypatch.setattr(training, "time", ticking())
+    with pytest.raises(TooSlow) as err:
+        run.execute(dataclasses.replace(base, train_min_updates=40))
+    assert (err.value.updates, err.value.needed, err.value.allowed) == (20, 40, 3.0)
+    # 30 needed: the rate reaches them, and the run stops by the clock at 30, as without the rule.
+    monkeypatch.setattr(training, "time", ticking())
+    record = run.execute(dataclasses.replace(base, train_min_updates=30))
+    assert record.iterations_run == 30 and record.stop_reasons == ("time",)
 
 
 def test_an_ok_learned_pilot_replaces_an_adaptive_effort_that_is_not_ok():

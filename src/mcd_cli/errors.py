@@ -10,7 +10,8 @@ is a bug (or an error of the machine) and is reported as such, with the tracebac
 | `Unreliable`    | 3    | the run finished, but its verdict is `unreliable` and --strict was given |
 | `Interrupted`   | 130  | Ctrl-C or SIGTERM; training was checkpointed                        |
 
-`FileFailed` (a `RunFailed`) is an OS error on a user's file found during a run: its line names the
+`TooSlow` (a `RunFailed`) is training stopped because it could not make the updates it needed in its
+time (a policy's learning pilot). `FileFailed` (a `RunFailed`) is an OS error on a user's file found during a run: its line names the
 path, the operation, the OS's reason and what to do (`os_reason`, `os_advice`). A failure that must
 not stop the run (a `--save` file that cannot be written once the estimate is in hand) is `defer`red:
 the command line prints it after the results are out and exits with its status.
@@ -40,6 +41,17 @@ class RunFailed(McdError, RuntimeError):
     """A run that started but could not produce an answer (exit status 1)."""
 
     exit_code = 1
+
+
+class TooSlow(RunFailed):
+    """Training with a time bound stopped early: at its rate it would not make the updates it needs
+    in its time (`training.fit`'s `min_updates`; only a policy's learning pilot sets them)."""
+
+    def __init__(self, updates: int, seconds: float, needed: int, allowed: float):
+        super().__init__(
+            f"{updates} updates in {seconds:.0f} s: at that rate fewer than {needed} in the {allowed:.0f} s allowed"
+        )
+        self.updates, self.seconds, self.needed, self.allowed = updates, seconds, needed, allowed
 
 
 class Unreliable(McdError):

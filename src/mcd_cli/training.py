@@ -389,6 +389,15 @@ def plateaued(recent: np.ndarray, iteration: int, window: int, threshold: float 
     return bool(new.mean() - old.mean() <= threshold * noise)
 
 
+def _too_slow(iteration: int, steady: tuple[int, float], now: float, deadline: float, needed: int, cap: int) -> bool:
+    """Whether updates at the rate since `steady` (the end of the first chunk: `(iteration, time)`)
+    leave `iteration` short of `needed` (at most `cap`) at `deadline`."""
+    done, since = iteration - steady[0], now - steady[1]
+    if done <= 0 or since <= 0:
+        return False
+    return iteration + done / since * max(deadline - now, 0.0) < min(needed, cap)
+
+
 def fit(
     state: TrainState,
     target: Target,
@@ -402,9 +411,10 @@ def fit(
     objective: Optional[objectives.Objective] = None,
     history: Optional[np.ndarray] = None,
     seconds: Optional[float] = None,
+    min_updates: Optional[int] = None,
 ) -> TrainResult:
     """Runs the updates `state.iteration … tconf.iterations − 1` (or until the ELBO plateaus, or
-    until `seconds` have passed).
+    until `seconds` have passed, or until their rate says `min_updates` will not be reached).
 
     Args:
         state: from `init_train_state`, or a saved state to resume.
@@ -421,6 +431,10 @@ def fit(
         seconds: stop at the end of the first chunk that ends after this many seconds of wall time
             (stop reason "time"; None: no bound). The updates made are those of a run of
             `state.iteration` updates without the bound, chunk for chunk: the count reproduces them.
+        min_updates: with `seconds`, stop at the end of a chunk after the second when the updates
+            made by then, and those that the rate of the chunks after the first (which compiles)
+            adds in the seconds left, come to fewer than this (stop reason "slow"): training that
+            cannot make them in its time is stopped early, not run to its end.
 
     Raises:
         TrainingDiverged: see the module docstring.
@@ -434,6 +448,7 @@ def fit(
     history[: earlier.size] = earlier
     stop_reason = "iterations"
     t0 = time.perf_counter()
+    steady: Optional[tuple[int, float]] = None  # (iteration, time) at the end of the first chunk
     try:
         while state.iteration < tconf.iterations:
             i0 = state.iteration
@@ -462,9 +477,16 @@ def fit(
             if tconf.stop == "plateau" and plateaued(state.recent, state.iteration, tconf.plateau_window):
                 stop_reason = "plateau"
                 break
-            if seconds is not None and state.iteration < tconf.iterations and time.perf_counter() - t0 >= seconds:
+            now = time.perf_counter()
+            if seconds is not None and state.iteration < tconf.iterations and now - t0 >= seconds:
                 stop_reason = "time"
                 break
+            if seconds is not None and min_updates is not None:
+                if steady is None:
+                    steady = (state.iteration, now)
+                elif _too_slow(state.iteration, steady, now, t0 + seconds, min_updates, tconf.iterations):
+                    stop_reason = "slow"
+                    break
     except KeyboardInterrupt:
         raise TrainingInterrupted(state, history[: state.iteration]) from None
     if on_checkpoint is not None and checkpoint_every > 0:

@@ -41,8 +41,9 @@ class Effort:
     the leapfrog steps of each HMC move (adaptive SMC), and whether the target is sampled through a
     flow fitted to it (`transport`: `--init flow`, `init.flow`). Kernels *learned* with time to
     spare (`POLICY_LEARNED`: trained by the clock as an importance sampler) train for at most
-    `train_seconds` in their pilot; the final run that reuses them names the updates that pilot
-    made (`train_iterations`), so that its config reproduces it."""
+    `train_seconds` in their pilot (stopping early when their rate says `train_min_updates` will
+    not be made: `training.fit`); the final run that reuses them names the updates that pilot made
+    (`train_iterations`), so that its config reproduces it."""
 
     moves: int
     target_ess: float
@@ -52,6 +53,7 @@ class Effort:
     transport: bool = False
     train_seconds: Optional[float] = None
     train_iterations: Optional[int] = None
+    train_min_updates: Optional[int] = None
 
     @property
     def learned(self) -> bool:
@@ -77,7 +79,7 @@ class Effort:
         """The effort's fields; `transport` and the learned kernels' budget only where set (the records
         of other runs are as before they existed)."""
         out = dataclasses.asdict(self)
-        for name in ("transport", "train_seconds", "train_iterations"):
+        for name in ("transport", "train_seconds", "train_iterations", "train_min_updates"):
             if not out[name]:
                 del out[name]
         return out

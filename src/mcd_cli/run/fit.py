@@ -23,7 +23,7 @@ import numpy as np
 
 from mcd_cli import annealing, checkpoint, devices, files
 from mcd_cli.config import TrainConfig
-from mcd_cli.errors import Interrupted, os_reason
+from mcd_cli.errors import Interrupted, TooSlow, os_reason
 from mcd_cli.run.plan import Progress, RunPlan, file_meta, root_key
 from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
 
@@ -168,7 +168,10 @@ def fitter(
             result = fit(
                 state, target, s, t, callback=callback, checkpoint_every=saver.every,
                 on_checkpoint=saver.on_checkpoint, update=update, history=saver.history, seconds=plan.train_seconds,
+                min_updates=plan.train_min_updates,
             )
+        if result.stop_reason == "slow":  # a learning pilot that cannot be used: its estimate is not made
+            raise TooSlow(result.state.iteration, result.seconds, plan.train_min_updates, plan.train_seconds)
         return Fitted(
             result.state.params, result.state, result.elbo_history, result.stop_reason, result.seconds,
             result.skipped, result.recoveries, result.state.iteration - first, saver.failures,

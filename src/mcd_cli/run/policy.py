@@ -31,7 +31,7 @@ import math
 import time
 from typing import Any, Callable, Optional
 
-from mcd_cli.errors import Interrupted, RunFailed
+from mcd_cli.errors import Interrupted, RunFailed, TooSlow
 from mcd_cli.run.defaults import (
     DEFAULT_MAX_SE, MAX_FINAL_FACTOR, PILOT_POPULATIONS, POLICY_LEARN_MIN_SECONDS, POLICY_LEARN_MIN_UPDATES,
     POLICY_LEARN_SHARE, POLICY_MAX_PILOTS,
@@ -127,6 +127,7 @@ def stage_plan(
         plan, sconf=sconf, tconf=tconf, num_samples=num_samples, particles=effort.population, stage=index,
         train_stage=train_stage if effort.trained else None, policy=None, repeats=1,
         train_seconds=effort.train_seconds if effort.train_iterations is None else None,
+        train_min_updates=effort.train_min_updates if effort.train_iterations is None else None,
     )
 
 
@@ -321,16 +322,20 @@ def _learn(
     estimated like any pilot. Its kernels, and the final size its standard error asks for (bounded
     by the time left, as the adaptive one's), when it made at least `POLICY_LEARN_MIN_UPDATES`
     updates and its verdict is `ok` and predicts an `ok` final run (`predicts_ok`), where adaptive
-    SMC's was not (`falls_short`); else `(None, 0)`, and the final run is the adaptive one. Either
-    way the choice is made before the final run draws a random number, from runs whose numbers it
-    does not share (as every pilot's)."""
+    SMC's was not (`falls_short`); else `(None, 0)`, and the final run is the adaptive one. Training
+    whose rate says it will not make those updates in `seconds` stops after its second chunk
+    (`errors.TooSlow`), and no estimate is made of it. Either way the choice is made before the
+    final run draws a random number, from runs whose numbers it does not share (as every pilot's)."""
     learned = Effort(
         adaptive.moves, adaptive.target_ess, adaptive.population, trained=True, leapfrog=plan.sconf.leapfrog,
-        train_seconds=seconds,
+        train_seconds=seconds, train_min_updates=POLICY_LEARN_MIN_UPDATES,
     )
     n_pilot = PILOT_POPULATIONS * learned.population
     try:
         record = one("pilot", learned, n_pilot)
+    except TooSlow as err:
+        add(f"learning stopped early ({err}): the final run is the adaptive one")
+        return None, 0
     except RunFailed as err:
         add(f"learning failed ({err}): the final run is the adaptive one")
         return None, 0
