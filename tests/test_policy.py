@@ -501,16 +501,21 @@ def test_learning_too_slow_to_make_its_updates_stops_early_and_the_final_run_is_
 
 
 def test_the_rate_rule_stops_training_that_cannot_make_its_updates():
-    """`training._too_slow`: the updates made plus those the rate since the end of the first chunk
-    adds by the deadline, against those needed (at most the iterations asked)."""
+    """`training._too_slow`: the updates made plus the chunks the rate since the end of the first
+    chunk adds until the clock stops training (the chunk running at the deadline completes),
+    against those needed (at most the iterations asked)."""
     from mcd_cli.training import _too_slow
 
     # 20 updates at t = 2 s, 10 of them since the first chunk ended at 1 s: 10 per second, 8 s left.
-    assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 100, 1000)  # 20 + 80 = 100: just enough
-    assert _too_slow(20, (10, 1.0), 2.0, 10.0, 101, 1000)
-    assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 101, 100)  # never more than the iterations asked
-    assert not _too_slow(10, (10, 1.0), 2.0, 10.0, 10**6, 10**6)  # no update since: no rate yet
-    assert _too_slow(20, (10, 1.0), 12.0, 10.0, 21, 1000)  # past the deadline, nothing more comes
+    assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 100, 1000, 10)  # 20 + 8 chunks of 10 = 100: just enough
+    assert _too_slow(20, (10, 1.0), 2.0, 10.0, 101, 1000, 10)
+    # 7.5 s left: the eighth chunk is running at the deadline and completes, so 100 are made.
+    assert not _too_slow(20, (10, 1.0), 2.0, 9.5, 100, 1000, 10)
+    # 6.5 s left: 7 more chunks of 10 (90 in all, short of 100), or 4 of 20 (100).
+    assert _too_slow(20, (10, 1.0), 2.0, 8.5, 100, 1000, 10) and not _too_slow(20, (10, 1.0), 2.0, 8.5, 100, 1000, 20)
+    assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 101, 100, 10)  # never more than the iterations asked
+    assert not _too_slow(10, (10, 1.0), 2.0, 10.0, 10**6, 10**6, 10)  # no update since: no rate yet
+    assert _too_slow(20, (10, 1.0), 12.0, 10.0, 21, 1000, 10)  # past the deadline, nothing more comes
 
 
 def test_a_training_too_slow_for_its_updates_stops_after_its_second_chunk(monkeypatch):

@@ -78,14 +78,34 @@ def test_mcd_beats_ais_on_narrow_gaussian():
     assert abs(mcd.log_z) < abs(ais.log_z), (ais, mcd)
 
 
+def test_a_sharded_training_compiles_its_chunk_once():
+    # The command line always shards the particle axis (over one device or more): the first chunk's
+    # output state is on the mesh, the fresh state was not, and the second chunk compiled again
+    # until make_train_chunk placed the state (on gmm8, d = 2, 23 s). AIS's step sizes: a small program.
+    from mcd_cli import devices
+
+    tconf = TrainConfig(iterations=6, batch_size=8, chunk=3)
+    sconf = SamplerConfig(sampler="ula", backward="ais", steps=4)
+    state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
+    update = training.make_train_chunk(MIXTURE, sconf, tconf, sharding=devices.particle_layout(1).particles)
+    result = training.fit(state, MIXTURE, sconf, tconf, update=update)
+    assert update._cache_size() == 1 and result.state.iteration == 6
+
+
 @pytest.mark.slow
-def test_update_compiles_once():
-    tconf = TrainConfig(iterations=2, batch_size=8, chunk=3)
+@pytest.mark.parametrize("sharded", [False, True])
+def test_update_compiles_once(sharded):
+    # With the particle axis sharded (as every run of the command line has it, over one device or
+    # more), the second chunk's state is the first's output, placed on the mesh: still one program.
+    from mcd_cli import devices
+
+    tconf = TrainConfig(iterations=2 if not sharded else 6, batch_size=8, chunk=3)
     sconf = SamplerConfig(sampler="uha", backward="mcd", steps=4, hidden=8)
     state = training.init_train_state(jax.random.key(0), MIXTURE, sconf, tconf)
-    update = training.make_train_chunk(MIXTURE, sconf, tconf)
+    sharding = devices.particle_layout(1).particles if sharded else None
+    update = training.make_train_chunk(MIXTURE, sconf, tconf, sharding=sharding)
     result = training.fit(state, MIXTURE, sconf, tconf, update=update)
-    assert update._cache_size() == 1
+    assert update._cache_size() == 1 and result.state.iteration == tconf.iterations
     # Recovery halves the learning rate, a traced value; chunks ending early at a checkpoint or
     # the cap pass `stop` as a traced value too: still no recompilation.
     halved = result.state._replace(lr_scale=0.5)
