@@ -116,8 +116,8 @@ POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "res
 # POLICY_LEARN_MIN_SECONDS, at most POLICY_LEARN_MAX_ITERATIONS updates) learning MCD kernels
 # (`POLICY_LEARNED`: trained by the clock as an importance sampler, `train_with="is"`) in a pilot
 # that the final run reuses when it made at least POLICY_LEARN_MIN_UPDATES updates and is `ok`
-# (training whose rate cannot make them in its time stops after its second chunk, and no estimate
-# is made of it: `training.fit`'s `min_updates`). A
+# (training whose rate cannot make them in its time stops at the end of a chunk after the second,
+# and no estimate is made of it: `training.fit`'s `min_updates`). A
 # standard error above --max-se is not learned for: with a time limit the adaptive final run grows
 # into the time left instead (not held to MAX_FINAL_FACTOR): no learning pilot measured against an
 # `ok` adaptive one was used (many_well, d = 32, --max-se 0.01 at 3 minutes: 9 of 9 refused, 1.2-3.9

@@ -323,8 +323,8 @@ def _learn(
     by the time left, as the adaptive one's), when it made at least `POLICY_LEARN_MIN_UPDATES`
     updates and its verdict is `ok` and predicts an `ok` final run (`predicts_ok`), where adaptive
     SMC's was not (`falls_short`); else `(None, 0)`, and the final run is the adaptive one. Training
-    whose rate says it will not make those updates in `seconds` stops after its second chunk
-    (`errors.TooSlow`), and no estimate is made of it. Either way the choice is made before the
+    whose rate says it will not make those updates in `seconds` stops at the end of a chunk after
+    the second (`training.fit`'s `min_updates`, `errors.TooSlow`), and no estimate is made of it. Either way the choice is made before the
     final run draws a random number, from runs whose numbers it does not share (as every pilot's)."""
     learned = Effort(
         adaptive.moves, adaptive.target_ess, adaptive.population, trained=True, leapfrog=plan.sconf.leapfrog,
