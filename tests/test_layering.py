@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mcd_cli"
 # Lowest first. A module may import modules of its own floor and of the floors below it.
 FLOORS: list[tuple[str, ...]] = [
     ("_version", "compile_cache", "errors", "safeyaml", "devices", "files", "checkpoint", "resampling", "schedules", "score",
-     "objectives", "comparison"),
+     "objectives", "comparison", "stopping"),
     ("stats",),
     ("targets",),
     ("kernels",),

@@ -501,10 +501,10 @@ def test_learning_too_slow_to_make_its_updates_stops_early_and_the_final_run_is_
 
 
 def test_the_rate_rule_stops_training_that_cannot_make_its_updates():
-    """`training._too_slow`: the updates made plus the chunks the rate since the end of the first
+    """`stopping.too_slow`: the updates made plus the chunks the rate since the end of the first
     chunk adds until the clock stops training (the chunk running at the deadline completes),
     against those needed (at most the iterations asked)."""
-    from mcd_cli.training import _too_slow
+    from mcd_cli.stopping import too_slow as _too_slow
 
     # 20 updates at t = 2 s, 10 of them since the first chunk ended at 1 s: 10 per second, 8 s left.
     assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 100, 1000, 10)  # 20 + 8 chunks of 10 = 100: just enough

@@ -223,7 +223,7 @@ class TrainConfig:
     Attributes:
         iterations: number of optimiser updates (0 = no training); the cap with `stop="plateau"`.
         stop: "fixed" (run `iterations` updates) or "plateau" (stop earlier once the ELBO has
-            stopped improving beyond its noise: `training.plateaued`).
+            stopped improving beyond its noise: `stopping.plateaued`).
         plateau_window: `W`, the window of the plateau rule (updates).
         chunk: updates per call to the device (`lax.scan`); the host syncs only between chunks.
         objective: what training minimises, a name in `objectives.OBJECTIVES` ("elbo": the negative
