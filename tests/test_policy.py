@@ -449,6 +449,8 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_is_not_ok_and_
     assert adaptive.sconf.adaptive and learning.train_seconds == pytest.approx(0.5 * 397.0)
     assert not learning.sconf.adaptive and learning.sconf.backward == "mcd" and learning.tconf.train_with == "is"
     assert learning.sconf.resample > 0 and learning.tconf.iterations == defaults.POLICY_LEARN_MAX_ITERATIONS
+    # Its schedule starts where adaptive tempered SMC put its temperatures, and is learned from there.
+    assert learning.sconf.schedule == "tempered" and learning.sconf.learn_schedule
     # The final run reuses the learning pilot's kernels and names the updates they had: its config
     # trains exactly those, with no clock in it; the learned pilot's SE sizes it.
     assert final.train_stage == 1 and final.stage == 2 and final.train_seconds is None

@@ -133,7 +133,13 @@ POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "res
 # inside the policy, against its raised efforts, the learned kernels had about twice the variance
 # per second (docs/method.md, "The default policy", step 4). Not through a fitted flow, where the
 # flow alone did better (0.003-0.018 against 0.012-0.027).
-POLICY_LEARNED = {**POLICY_TRAINED, "train_with": "is"}
+# The learned kernels' schedule starts where adaptive tempered SMC put its temperatures and is
+# learned from there (`--schedule tempered`: `run.start.tempered_betas`): on the linear schedule the
+# weights degenerated in the last steps (brownian_motion, 1,200 updates, seeds 0, 1, 4: resamplings
+# at steps 22, 41, 51, ..., 63) and one of the pilot's four populations had k̂ 0.53-0.75 (`warn`,
+# `unreliable`, `unreliable`); from the tempered start the largest was 0.41, 0.42, 0.55
+# (docs/method.md, "The default policy", step 4).
+POLICY_LEARNED = {**POLICY_TRAINED, "train_with": "is", "learn_schedule": True, "schedule_start": "tempered"}
 POLICY_LEARN_SHARE = 0.5
 POLICY_LEARN_MIN_SECONDS = 30.0
 POLICY_LEARN_MIN_UPDATES = 400

@@ -40,7 +40,8 @@ class Effort:
     at, particles per population, whether the kernels are trained MCD ones (`POLICY_TRAINED`), and
     the leapfrog steps of each HMC move (adaptive SMC), and whether the target is sampled through a
     flow fitted to it (`transport`: `--init flow`, `init.flow`). Kernels *learned* with time to
-    spare (`POLICY_LEARNED`: trained by the clock as an importance sampler) train for at most
+    spare (`POLICY_LEARNED`: trained by the clock as an importance sampler, their schedule learned
+    from where adaptive tempered SMC put its temperatures) train for at most
     `train_seconds` in their pilot (stopping early when their rate says `train_min_updates` will
     not be made: `training.fit`); the final run that reuses them names the updates that pilot made
     (`train_iterations`), so that its config reproduces it."""
@@ -67,7 +68,10 @@ class Effort:
                 else f"at most {self.train_seconds:.0f} s"
             )
             by = TRAINED_BY[POLICY_LEARNED["train_with"]]
-            return f"MCD kernels learned {by} ({spent}), in SMC, populations of {self.population}"
+            return (
+                f"MCD kernels learned {by} ({spent}) from adaptive SMC's temperatures, in SMC, "
+                f"populations of {self.population}"
+            )
         if self.trained:
             return f"trained MCD in SMC{through}, populations of {self.population}"
         return (

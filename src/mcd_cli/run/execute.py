@@ -51,7 +51,8 @@ def _execute(plan: RunPlan, progress: Progress, made: dict) -> RunRecord:
     layout = devices.particle_layout(plan.devices)
     plan = sharded_plan(plan)
     pilot = plan.load is None and trained_config(plan).iterations > 0
-    shared = (pilot, plan.sconf.init)  # a policy's stages share the start, one per initial distribution
+    # A policy's stages share the start, one per initial distribution and schedule start.
+    shared = (pilot, plan.sconf.init, plan.sconf.schedule_start)
     begin = made[shared] if shared in made else made.setdefault(shared, start(plan, pilot=pilot))
     fit, tconf = fitter(plan, begin.target, begin.step_sizes, layout.particles, begin.betas)
     if plan.stage is not None:  # the key leaves out the update count: a final run names the count its

@@ -12,8 +12,9 @@ Without a time limit the final run has at most `MAX_FINAL_FACTOR` × `--samples`
 `--time-limit` it grows to `max_se` as far as the time left allows (`_fits`). Where adaptive SMC's
 last pilot is not `ok` (`falls_short`) and the limit leaves time to spare beside the final run
 (`learn_seconds`), one more pilot learns MCD kernels, trained as an importance sampler, for part of
-it (`POLICY_LEARNED`), and the final run uses them instead when that pilot is `ok` (`_learn`); else
-the final run is the adaptive one chosen before.
+it (`POLICY_LEARNED`, its schedule learned from adaptive SMC's temperatures), and the final run
+uses them instead when that pilot is `ok` (`_learn`); else the final run is the adaptive one chosen
+before.
 
 Why pilots, not "stop at the first `ok` run": the decision where to stop is made on runs whose
 random numbers the reported estimate does not share, so it selects an effort, never an estimate
