@@ -96,6 +96,7 @@ def test_batched_backward_scoring_gives_the_same_weights_and_gradients(sampler):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6 * float(jnp.max(jnp.abs(a)) + 1))
 
 
+@pytest.mark.slow
 def test_the_compiled_chunk_takes_the_network_as_an_argument_not_a_constant(no_persistent_cache):
     """An untrained MCD network (output layer zero) gives exactly the AIS weights, also in a chunk
     of 2,048 particles. XLA on the CPU (jaxlib 0.10.2) miscompiles a vmapped product with an

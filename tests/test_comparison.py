@@ -95,6 +95,7 @@ def _exact_log_z(a: float, b: float) -> float:
     return float(betaln(a + 14, b + 6) - betaln(a, b))
 
 
+@pytest.mark.slow
 def test_compare_two_numpyro_models_matches_the_exact_bayes_factor(mcd, tmp_path):
     pytest.importorskip("numpyro")
     models = [str(EXAMPLES / "beta_bernoulli.py"), str(EXAMPLES / "beta_bernoulli_uniform.py")]

@@ -219,10 +219,12 @@ def check_adaptive_smc(adaptive: dict) -> None:
         assert adaptive[n]["log_z"] == pytest.approx(one["log_z"], rel=1e-5, abs=LOG_Z_ATOL)
 
 
+@pytest.mark.slow
 def test_smc_same_log_z_and_resampling_on_1_and_4_devices(smc_runs):
     check_fixed_smc(dict(smc_runs["fixed"]))
 
 
+@pytest.mark.slow
 def test_adaptive_smc_through_the_run_layer_on_1_and_4_devices(smc_runs):
     check_adaptive_smc(smc_runs["adaptive"])
 
@@ -234,6 +236,7 @@ def test_smc_same_log_z_and_resampling_on_2_devices(tmp_path):
     check_adaptive_smc(runs["adaptive"])
 
 
+@pytest.mark.slow
 def test_smc_population_rounded_to_a_multiple_of_the_devices_with_a_message(smc_runs):
     assert smc_runs["population"] == 204
     (note,) = smc_runs["notes"]
@@ -241,6 +244,7 @@ def test_smc_population_rounded_to_a_multiple_of_the_devices_with_a_message(smc_
     assert "give --particles a multiple of 4" in note
 
 
+@pytest.mark.slow
 def test_smc_memory_estimate_counts_each_devices_share_and_the_resampling_gather(smc_runs):
     one, four, record = smc_runs["memory"]["1"], smc_runs["memory"]["4"], smc_runs["tempering"]
     # A quarter of the population's working set per device, plus its states (x, log γ, ∇log γ:

@@ -64,6 +64,7 @@ TARGET_FILE = f"""
 """
 
 
+@pytest.mark.slow
 def test_amortised_per_datum_estimates_match_the_closed_form():
     """One ULA-MCD sampler amortised over 4 data: every datum within 4 of its own standard errors."""
     target = linear_gaussian(4)

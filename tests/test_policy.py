@@ -613,6 +613,42 @@ def test_a_time_bounded_training_stops_at_a_chunk_and_its_count_reproduces_it():
     assert np.array_equal(final.elbo_history[0], pilot.elbo_history[0])
 
 
+def test_a_learned_final_run_shares_its_pilots_tempered_start_and_kernels(monkeypatch):
+    """The learning pilot's schedule starts where adaptive tempered SMC put its temperatures
+    (`POLICY_LEARNED`: `--schedule tempered`); its final run (`train_stage`) reuses that start (the
+    stages share one per initial distribution and schedule start) and the kernels it trained.
+    (`tempered_betas` itself: tests/test_tempered_start.py; here a stand-in counts its calls.)"""
+    import importlib
+
+    import numpy as np
+
+    from mcd_cli.targets import load_target
+
+    ex = importlib.import_module("mcd_cli.run.execute")  # the module (`run.execute` is its function)
+    start = importlib.import_module("mcd_cli.run.start")
+    calls = []
+
+    def tempered(target, steps, key, num=start.TEMPER_PARTICLES):
+        calls.append(steps)
+        return np.array([0.0, 0.05, 0.2, 0.5, 1.0])[: steps + 1]
+
+    monkeypatch.setattr(start, "tempered_betas", tempered)
+
+    target = load_target("gmm8", {"dim": "2"})
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, unroll=1,
+                          learn_schedule=True, schedule_start="tempered")
+    base = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=10, batch_size=16, chunk=10),
+                       num_samples=256, seed=3)
+    made: dict = {}
+    pilot = ex._execute(dataclasses.replace(base, stage=0), run.NoProgress(), made)
+    final = ex._execute(dataclasses.replace(base, stage=1, train_stage=0), run.NoProgress(), made)
+    starts = [key for key in made if len(key) == 3 and key[2] == "tempered"]
+    assert starts == [(True, sconf.init, "tempered")] and calls == [4]
+    np.testing.assert_array_equal(made[starts[0]].betas, [0.0, 0.05, 0.2, 0.5, 1.0])
+    assert final.elbo_history is pilot.elbo_history or np.array_equal(final.elbo_history[0], pilot.elbo_history[0])
+    assert final.log_z != pilot.log_z  # the final run estimates with its own key
+
+
 def test_ctrl_c_after_a_finished_stage_keeps_it_and_says_so():
     execute_stage, calls = _script(("warn", 0.05, ("ess_rough",)), ("interrupt", None, ()))
     rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)

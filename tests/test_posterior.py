@@ -142,6 +142,7 @@ def test_netcdf_is_arviz_inference_data_with_the_same_draws(gauss_run, tmp_path)
     assert not list(tmp_path.glob(".draws.nc.*"))  # no temporary file left behind
 
 
+@pytest.mark.slow
 def test_a_numpyro_model_gives_its_constrained_sites_by_name(tmp_path):
     pytest.importorskip("numpyro")
     model = tmp_path / "beta_bernoulli.py"

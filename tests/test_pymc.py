@@ -146,6 +146,7 @@ def test_compare_a_pymc_and_a_numpyro_file_of_one_model():
     assert abs(worse["log_bf"]) == pytest.approx(abs(diff), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_posterior_draws_by_the_models_names_on_the_constrained_space(tmp_path):
     """p | 14 of 20 ~ Beta(16, 9): the draws are `p` in (0, 1), with the exact mean and variance
     within five standard errors (effective draws N/4, as tests/test_posterior.py)."""

@@ -88,6 +88,7 @@ def test_refine_tuning_defaults_to_the_pilot():
         SamplerConfig(refine_tuning="never")
 
 
+@pytest.mark.slow
 def test_frozen_tuning_keeps_z_unbiased():
     """E[Ẑ] = Z with the refinement frozen at a pilot's tuning (400 runs of 32 particles)."""
     pilot = _run(jax.random.key(4))

@@ -53,6 +53,7 @@ def test_replaying_a_runs_own_choices_with_its_key_is_that_run(kernel, num, prec
     assert not np.array_equal(np.asarray(other.particles), np.asarray(out.particles))
 
 
+@pytest.mark.slow
 def test_a_replayed_run_is_unbiased_where_adapting_from_the_particles_is_not():
     """N(4·1, I) in d = 2 from N(0, I), populations of 16 particles: Z = 1. Over 1,000 runs the
     replayed runs' E[Ẑ] is 1 within 3 standard errors; the adaptive runs' (β, step size and

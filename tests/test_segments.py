@@ -120,6 +120,7 @@ def test_batch_loss_with_smc_in_the_loop_for_both_objectives():
     assert np.isfinite(float(value))
 
 
+@pytest.mark.slow
 def test_training_with_smc_in_the_loop_raises_the_segment_elbo():
     target, sconf, _ = _problem(blocks=1)  # one residual block: the training loop compiles a third faster
     tconf = TrainConfig(iterations=150, batch_size=128, lr=3e-3, train_with="smc")

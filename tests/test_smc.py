@@ -54,6 +54,7 @@ def fixed_runs():
     return replicate(FIXED, 32, 400)
 
 
+@pytest.mark.slow
 def test_fixed_schedule_and_kernels_give_an_unbiased_z(fixed_runs):
     """E[Ẑ] = Z with resampling and refinement on a fixed schedule with fixed kernels."""
     assert int(np.min(fixed_runs.resamplings)) >= 1  # resampling did happen

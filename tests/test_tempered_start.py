@@ -45,6 +45,7 @@ def test_tempered_needs_a_learned_schedule():
         SamplerConfig(schedule_start="tempered")
 
 
+@pytest.mark.slow
 def test_schedule_tempered_and_training_with_smc_from_the_command_line(mcd, gauss_yaml):
     """One small run of both options (`--train-with smc`: tests/test_segments.py, with MCD). AIS's
     schedule and step sizes are what trains here, and the SMC makes no moves (`--refine none`): an
