@@ -302,6 +302,8 @@ def make_train_chunk(
     leave it, so that the second chunk, whose state is the first's output, runs the first's
     program. (An array's type includes its mesh: a fresh state's, on none, is another input type,
     traced and compiled again; on gmm8, d = 2, a second compilation of 23 s, as long as the first.)
+    With several processes a fresh state becomes a global array from each process's copy
+    (tests/test_devices.py, two processes, slow).
 
     `state` is a `TrainState` whose counters are device scalars (`fit` converts); a
     `lax.while_loop` runs updates while `state.iteration < stop`, at most `chunk` of them, and
@@ -314,8 +316,21 @@ def make_train_chunk(
         return compiled
     replicated = NamedSharding(sharding.mesh, PartitionSpec())
 
+    def global_leaf(leaf):
+        # With several processes the mesh holds devices this process cannot address (`device_put`
+        # refuses them): a chunk's output is already on the mesh, and a fresh leaf is made a global
+        # array from each process's copy of its (replicated) value.
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            return leaf
+        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):  # a typed key: its bits
+            bits = jax.make_array_from_process_local_data(replicated, np.asarray(jax.random.key_data(leaf)))
+            return jax.random.wrap_key_data(bits, impl=jax.random.key_impl(leaf))
+        return jax.make_array_from_process_local_data(replicated, np.asarray(leaf))
+
     def placed(state, stop):
-        return compiled(jax.device_put(state, replicated), stop)
+        if jax.process_count() == 1:
+            return compiled(jax.device_put(state, replicated), stop)
+        return compiled(jax.tree.map(global_leaf, state), stop)
 
     placed._cache_size = compiled._cache_size  # the programs compiled (tests)
     return placed
