@@ -325,8 +325,9 @@ def _learn(
     updates and its verdict is `ok` and predicts an `ok` final run (`predicts_ok`), where adaptive
     SMC's was not (`falls_short`); else `(None, 0)`, and the final run is the adaptive one. Training
     whose rate says it will not make those updates in `seconds` stops at the end of a chunk after
-    the second (`training.fit`'s `min_updates`, `errors.TooSlow`), and no estimate is made of it. Either way the choice is made before the
-    final run draws a random number, from runs whose numbers it does not share (as every pilot's)."""
+    the second (`training.fit`'s `min_updates`, `errors.TooSlow`), and no estimate is made of it.
+    Either way the choice is made before the final run draws a random number, from runs whose
+    numbers it does not share (as every pilot's)."""
     learned = Effort(
         adaptive.moves, adaptive.target_ess, adaptive.population, trained=True, leapfrog=plan.sconf.leapfrog,
         train_seconds=seconds, train_min_updates=POLICY_LEARN_MIN_UPDATES,
