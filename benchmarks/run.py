@@ -127,6 +127,9 @@ def _locked(question: str):
 
 
 def _output_of(argv: list[str]) -> Path | None:
+    """The module's result file named in `argv` (its last `--output`/`--out` before any `--extra`,
+    whose options are calibration's `mcd estimate` options), or None."""
+    argv = argv[: argv.index("--extra")] if "--extra" in argv else argv
     for flag in ("--output", "--out"):
         if flag in argv and argv.index(flag) + 1 < len(argv):
             return Path(argv[len(argv) - 1 - argv[::-1].index(flag) + 1])

@@ -122,6 +122,10 @@ class ResultFile:
 
     def __init__(self, path: Path, benchmark: str, settings: dict):
         self.path = Path(path)
+        # Each job keeps the file's cells in memory and rewrites it whole after every cell, so a
+        # second job on the same file would drop the first one's cells at its next write: the file
+        # is held, exclusively, for as long as this object lives.
+        self._lock = _hold(self.path)
         if self.path.exists():
             self.data = json.loads(self.path.read_text())
             if self.data.get("benchmark") != benchmark:
@@ -148,6 +152,30 @@ class ResultFile:
 
     def save(self) -> None:
         write_json(self.path, self.data)
+
+
+_HELD: dict = {}  # the result files this process holds (`_hold`), by lock file
+
+
+def _hold(path: Path):
+    """An exclusive, non-blocking lock on result file `path` (a lock file in RESULTS named by the
+    hash of its absolute path, git-ignored there), held by this process until it ends (a second
+    `ResultFile` of the same path in this process shares it); SystemExit with what to do when
+    another job holds it."""
+    import fcntl
+    import hashlib
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    lock = RESULTS / f".result-{hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:16]}.lock"
+    if lock not in _HELD:
+        handle = open(lock, "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise SystemExit(f"{path} is being written by another job; give this one another --output") from None
+        _HELD[lock] = handle
+    return _HELD[lock]
 
 
 def log(message: str) -> None:

@@ -280,6 +280,11 @@ def main(argv=None) -> None:
     parser.add_argument("--merge", type=Path, nargs="+", help="merge these result files (other seeds, other cores "
                         "or machines) into --output instead of running anything")
     args = parser.parse_args(argv)
+    if any(a in ("--output", "--out") or a.startswith(("--output=", "--out=")) for a in args.extra):
+        # Everything after --extra goes to every `mcd estimate`: an --output there would name the
+        # runs' record file, and the calibration's own results would go to the default file.
+        parser.error("--output after --extra would go to every mcd estimate, not to the calibration: "
+                     "put --output before --extra")
     if args.table:
         data = json.loads(args.table.read_text())
         print(markdown(summarise(data["cells"])))
