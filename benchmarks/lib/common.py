@@ -124,7 +124,7 @@ class ResultFile:
         self.path = Path(path)
         # Each job keeps the file's cells in memory and rewrites it whole after every cell, so a
         # second job on the same file would drop the first one's cells at its next write: the file
-        # is held, exclusively, for as long as this object lives.
+        # is held, exclusively, until this job ends.
         self._lock = _hold(self.path)
         if self.path.exists():
             self.data = json.loads(self.path.read_text())
@@ -158,15 +158,14 @@ _HELD: dict = {}  # the result files this process holds (`_hold`), by lock file
 
 
 def _hold(path: Path):
-    """An exclusive, non-blocking lock on result file `path` (a lock file in RESULTS named by the
-    hash of its absolute path, git-ignored there), held by this process until it ends (a second
-    `ResultFile` of the same path in this process shares it); SystemExit with what to do when
-    another job holds it."""
+    """An exclusive, non-blocking lock on result file `path` (the lock file `.NAME.lock` beside it,
+    git-ignored under results/), held by this process until it ends (a second `ResultFile` of the
+    same path in this process shares it); SystemExit with what to do when another job holds it."""
     import fcntl
-    import hashlib
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    lock = RESULTS / f".result-{hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:16]}.lock"
+    full = Path(path).resolve()
+    full.parent.mkdir(parents=True, exist_ok=True)
+    lock = full.parent / f".{full.name}.lock"
     if lock not in _HELD:
         handle = open(lock, "w")
         try:
