@@ -32,7 +32,7 @@ GOLDEN = Path(__file__).parent / "golden" / "records.jsonl"
 CASES = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
 NEW_FIELDS = {
     "reason_codes", "policy", "checkpoint_failures", "pareto_k_populations", "train_with", "refine_tuning", "schedule_start",
-    "stuck_particles",
+    "stuck_particles", "pareto_k_pooled",
 }
 # Statistics fitted to the tail of the weights or to a trend across steps: they magnify rounding.
 FITTED = ("pareto_k", "stationarity_")
@@ -74,3 +74,6 @@ def test_golden_record(case, tmp_path):
     assert len(records) == len(case["records"])
     for new, old in zip(records, case["records"]):
         assert_same(comparable(new), comparable(old))
+        smc = new.get("smc") or {}
+        if smc.get("pareto_k_populations"):  # the pooled k̂ is recorded beside the populations'
+            assert isinstance(smc["pareto_k_pooled"], float), smc.get("pareto_k_pooled")

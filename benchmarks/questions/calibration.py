@@ -92,8 +92,10 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
         ]
     smc = rec.get("smc") or {}
     # What the SMC verdict judged, kept for analysis (e.g. how far below the stationarity test's
-    # threshold a run that missed was): the pooled stationarity z and each run's resamplings.
-    for k in ("stationarity_z", "stationarity_drift", "resamplings", "final_ess"):
+    # threshold a run that missed was): the pooled stationarity z, each run's resamplings, and the
+    # populations' k̂ beside the pooled one (what a pooled tail rule would have said: `tail_rule`).
+    for k in ("stationarity_z", "stationarity_drift", "resamplings", "final_ess", "pareto_k_populations",
+              "pareto_k_pooled"):
         if k in smc:
             cell[k] = smc[k]
     return cell

@@ -15,8 +15,8 @@ from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws
 from mcd_cli.run.plan import RunPlan, sharded_population, sharded_sizes
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, stationarity_moves
 from mcd_cli.stats import (
-    Estimate, WeightSummary, merge_runs, mixing_verdict, population_verdict, smc_estimate, stationarity_verdict, summarize,
-    summarize_weights, with_rounding,
+    Estimate, WeightSummary, merge_runs, mixing_verdict, pooled_pareto_k, population_verdict, smc_estimate,
+    stationarity_verdict, summarize, summarize_weights, with_rounding,
 )
 
 def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
@@ -180,6 +180,7 @@ def estimate_populations(
         "log_z_populations": [float(e.log_z) for e in estimates],
         "genealogy_stderr": [float(e.delta_stderr) for e in estimates],
         "pareto_k_populations": [float(e.pareto_k) for e in estimates],
+        "pareto_k_pooled": pooled_pareto_k([float(o.log_z) for o in outputs], [o.log_w for o in outputs]),
         "beta": [float(v) for v in first.trace.beta[:k]],
         "ess": [float(v) for v in first.trace.ess[:k]],
         "acceptance": [float(v) for v in first.trace.acceptance[:k]],

@@ -55,6 +55,7 @@ from mcd_cli.stats.smc import (
     genealogy_relative_variance,
     merge_runs,
     mixing_verdict,
+    pooled_pareto_k,
     population_spread,
     population_verdict,
     smc_estimate,
@@ -67,7 +68,7 @@ __all__ = [
     "NONFINITE_MAX_FRAC", "PARETO_K_BAD", "PARETO_K_WARN", "PARETO_MIN_TAIL", "Reason", "STATIONARITY_WARN", "STUCK_WARN",
     "STDERR_DISAGREE_Z", "STDERR_WILD_Z", "Status", "WeightSummary", "combine", "combine_estimates",
     "delta_stderr_uncertainty", "ess_floor", "genealogy_relative_variance", "merge_runs", "mixing_verdict",
-    "pareto_k", "pareto_k_limit", "population_spread", "population_verdict", "scoped", "smc_estimate",
+    "pareto_k", "pareto_k_limit", "pooled_pareto_k", "population_spread", "population_verdict", "scoped", "smc_estimate",
     "stationarity_verdict", "stderr_disagreement", "summarize", "summarize_data", "summarize_weights",
     "tail_length", "verdict", "with_rounding", "worst",
 ]

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mcd_cli.stats.importance import ESS_MIN, Estimate, Status, summarize, worst
+from mcd_cli.stats.psis import pareto_k
 from mcd_cli.stats.reasons import Reason, scoped
 from mcd_cli.stats.repeats import STDERR_DISAGREE_Z
 
@@ -145,6 +146,29 @@ def smc_estimate(
         reasons=tuple(reasons),
         weights_status=final.status,
     )
+
+
+def pooled_pareto_k(log_z_resampled: Sequence[float], log_w: Sequence[np.ndarray]) -> float:
+    """Pareto k̂ of J populations' final weights pooled: each particle's weight in the merged
+    estimate, `Ẑ_j`'s resampled part times its final weight (`log_z_resampled[j] + log_w[j]`), so
+    that `mean_j Ẑ_j` (populations of equal size) is the mean of all of them. The J populations are
+    draws of one weight distribution, and this judges its tail once, from all J·N weights, where
+    `merge_runs` takes the largest of J noisy k̂s (which rises with J at the same tail: measured on
+    weights of known tail in benchmarks/results/calibration.md, `tail_rule`). Recorded beside the
+    populations' k̂s, not used by the verdict. NaN weights count as zero; +inf gives NaN.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> lw = [rng.normal(size=1000) for _ in range(4)]
+        >>> a, b = pooled_pareto_k([0.0] * 4, lw), pooled_pareto_k([3.0] * 4, lw)
+        >>> round(a, 1), abs(a - b) < 1e-9  # log-normal weights, light tail; scale-free
+        (0.1, True)
+    """
+    total = np.concatenate([float(z) + np.asarray(w, np.float64).ravel() for z, w in zip(log_z_resampled, log_w)])
+    total = np.where(np.isnan(total), -np.inf, total)
+    if np.any(total == np.inf):
+        return math.nan
+    return float(pareto_k(total))
 
 
 def population_spread(log_z: np.ndarray) -> tuple[float, float]:

@@ -1,0 +1,131 @@
+"""How the verdict's tail rule for runs of several populations behaves, on weights of known tail.
+
+The verdict of P independent populations (`mcd_cli.stats.smc.merge_runs`) takes the largest of
+their P Pareto k̂s: one population above 0.5 makes the run `warn`. That largest k̂ rises with P
+even when the tail does not, so a run made larger by more populations warns more often at the
+same tail. The alternative asked about in issue "Learned kernels that pay" (item 5) judges the
+common tail once, from the k̂ of all P·N weights pooled: P populations of one sampler are draws
+of one weight distribution, and the merged estimate, mean_p Ẑ_p, is the mean of all of them.
+
+For each true tail index k and each P, over `--runs` seeds, with N = `--population` weights per
+population, `w = 1 + X` with X generalised Pareto of shape k and scale 1 (tail index exactly k,
+E w = 1 + 1/(1 − k), so log Z is known):
+
+- `max_flag`: the share of runs the largest of the P k̂s flags (> 0.5), today's rule;
+- `pooled_flag`: the share the k̂ of the P·N pooled weights flags;
+- `cover_all`: the share of all runs whose log Ẑ (the log of the mean of all weights) is within
+  2 SE of log Z, the SE being the delta method's on all weights (what the genealogy SE is for
+  independent particles);
+- `both_flag`: the share flagged by the pooled k̂ above 0.5 or any population's above 0.7
+  (`PARETO_K_BAD`: one population whose own estimate cannot be trusted);
+- `cover_max_ok`, `cover_pooled_ok`, `cover_both_ok`: the same among the runs each rule lets
+  through.
+
+A rule is wanted that lets through the runs whose ±2 SE covers (k below about 0.5, where the
+weights' variance is finite) and stops those whose SE understates the error (k above 0.5).
+
+Usage:
+
+    python benchmarks/run.py calibration --module tail_rule --runs 200 \\
+        --output benchmarks/results/raw/tail_rule.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+
+from common import RESULTS, ResultFile, log  # noqa: E402
+
+from mcd_cli.stats.psis import PARETO_K_BAD, PARETO_K_WARN, pareto_k  # noqa: E402
+
+TAILS = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
+POPULATIONS = (4, 16, 64)
+
+
+def log_weights(rng: np.random.Generator, k: float, size: int) -> np.ndarray:
+    """`log(1 + X)`, X generalised Pareto of shape `k` and scale 1 (inverse CDF)."""
+    u = rng.uniform(size=size)
+    return np.log1p(np.expm1(-k * np.log(u)) / k)
+
+
+def cell(runs: int, k: float, populations: int, n: int) -> dict:
+    log_z = math.log(1.0 + 1.0 / (1.0 - k))
+    counts = {"max_flag": 0, "pooled_flag": 0, "both_flag": 0, "cover_all": 0, "max_ok": 0, "pooled_ok": 0,
+              "both_ok": 0, "cover_max_ok": 0, "cover_pooled_ok": 0, "cover_both_ok": 0}
+    for s in range(runs):
+        lw = log_weights(np.random.default_rng(s), k, (populations, n))
+        top = float(lw.max())
+        w = np.exp(lw - top).ravel()
+        mean = float(w.mean())
+        estimate = top + math.log(mean)
+        se = float(w.std(ddof=1)) / (mean * math.sqrt(w.size))
+        covers = abs(estimate - log_z) <= 2.0 * se
+        largest = max(pareto_k(row) for row in lw)
+        max_flag = largest > PARETO_K_WARN
+        pooled_flag = pareto_k(lw.ravel()) > PARETO_K_WARN
+        both_flag = pooled_flag or largest > PARETO_K_BAD
+        counts["both_flag"] += both_flag
+        counts["both_ok"] += not both_flag
+        counts["cover_both_ok"] += covers and not both_flag
+        counts["max_flag"] += max_flag
+        counts["pooled_flag"] += pooled_flag
+        counts["cover_all"] += covers
+        counts["max_ok"] += not max_flag
+        counts["pooled_ok"] += not pooled_flag
+        counts["cover_max_ok"] += covers and not max_flag
+        counts["cover_pooled_ok"] += covers and not pooled_flag
+    return {key: int(value) for key, value in counts.items()}
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "—"
+
+
+def render(data: dict) -> str:
+    cells, runs, n = data["cells"], data["settings"]["runs"], data["settings"]["population"]
+    out = [f"# The tail rule of several populations ({runs} runs per cell, populations of {n})", ""]
+    out += ["Weights 1 + GPD(k, 1). Flagged: k̂ > 0.5 in the largest of the P populations (today's rule), "
+            "in the P·N weights pooled, or either of the pooled k̂ > 0.5 and the largest > 0.7 (both). Covering: log Ẑ within 2 delta-method SEs of log Z, among all "
+            "runs and among those each rule lets through (`ok` by its tail).", ""]
+    out += ["| k | P | flagged: largest | flagged: pooled | flagged: both | covering: all | covering: largest ok | "
+            "covering: pooled ok | covering: both ok |", "|---|---|---|---|---|---|---|---|---|"]
+    for k in data["settings"]["tails"]:
+        for p in data["settings"]["populations"]:
+            c = cells.get(f"k{k}/P{p}")
+            if c is None:
+                continue
+            out.append(
+                f"| {k} | {p} | {_share(c['max_flag'], runs)} | {_share(c['pooled_flag'], runs)} | "
+                f"{_share(c['both_flag'], runs)} | {_share(c['cover_all'], runs)} | "
+                f"{_share(c['cover_max_ok'], c['max_ok'])} of {c['max_ok']} | "
+                f"{_share(c['cover_pooled_ok'], c['pooled_ok'])} of {c['pooled_ok']} | "
+                f"{_share(c['cover_both_ok'], c['both_ok'])} of {c['both_ok']} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--population", type=int, default=4096, help="weights per population (N)")
+    parser.add_argument("--output", type=Path, default=RESULTS / "tail_rule.json")
+    args = parser.parse_args(argv)
+    settings = {"runs": args.runs, "population": args.population, "tails": list(TAILS),
+                "populations": list(POPULATIONS)}
+    results = ResultFile(args.output, "tail_rule", settings)
+    for k in TAILS:
+        for p in POPULATIONS:
+            key = f"k{k}/P{p}"
+            if key not in results:
+                log(key)
+                results.add(key, cell(args.runs, k, p, args.population))
+    args.output.with_suffix(".md").write_text(render(results.data))
+    print(render(results.data))
+
+
+if __name__ == "__main__":
+    main()
