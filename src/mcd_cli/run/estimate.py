@@ -180,7 +180,7 @@ def estimate_populations(
         "log_z_populations": [float(e.log_z) for e in estimates],
         "genealogy_stderr": [float(e.delta_stderr) for e in estimates],
         "pareto_k_populations": [float(e.pareto_k) for e in estimates],
-        "pareto_k_pooled": pooled_pareto_k([float(o.log_z) for o in outputs], [o.log_w for o in outputs]),
+        "pareto_k_pooled": pooled_pareto_k([o.log_w for o in outputs]),
         "beta": [float(v) for v in first.trace.beta[:k]],
         "ess": [float(v) for v in first.trace.ess[:k]],
         "acceptance": [float(v) for v in first.trace.acceptance[:k]],

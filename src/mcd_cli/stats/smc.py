@@ -148,27 +148,34 @@ def smc_estimate(
     )
 
 
-def pooled_pareto_k(log_z_resampled: Sequence[float], log_w: Sequence[np.ndarray]) -> float:
-    """Pareto k̂ of J populations' final weights pooled: each particle's weight in the merged
-    estimate, `Ẑ_j`'s resampled part times its final weight (`log_z_resampled[j] + log_w[j]`), so
-    that `mean_j Ẑ_j` (populations of equal size) is the mean of all of them. The J populations are
-    draws of one weight distribution, and this judges its tail once, from all J·N weights, where
+def pooled_pareto_k(log_w: Sequence[np.ndarray]) -> float:
+    """Pareto k̂ of J populations' final weights pooled, each population's relative to its own
+    mean: the tail index the J populations share, fitted once to all J·N weights, where
     `merge_runs` takes the largest of J noisy k̂s (which rises with J at the same tail: measured on
-    weights of known tail in benchmarks/results/calibration.md, `tail_rule`). Recorded beside the
-    populations' k̂s, not used by the verdict. NaN weights count as zero; +inf gives NaN.
+    weights of known tail in benchmarks/results/calibration.md, `tail_rule`). Each population is
+    scaled by its own mean so that the spread of the populations' Ẑ_j, which the replicate
+    standard error measures, does not enter the tail (pooled at their Ẑ_j scale, the largest
+    weights would come from the population with the largest Ẑ_j). Recorded beside the populations'
+    k̂s, not used by the verdict. NaN weights count as zero; an infinite one gives NaN.
 
     Example:
         >>> rng = np.random.default_rng(0)
         >>> lw = [rng.normal(size=1000) for _ in range(4)]
-        >>> a, b = pooled_pareto_k([0.0] * 4, lw), pooled_pareto_k([3.0] * 4, lw)
-        >>> round(a, 1), abs(a - b) < 1e-9  # log-normal weights, light tail; scale-free
+        >>> a, b = pooled_pareto_k(lw), pooled_pareto_k([w + 3.0 * j for j, w in enumerate(lw)])
+        >>> round(a, 1), abs(a - b) < 1e-9  # log-normal weights, light tail; each population scale-free
         (0.1, True)
     """
-    total = np.concatenate([float(z) + np.asarray(w, np.float64).ravel() for z, w in zip(log_z_resampled, log_w)])
-    total = np.where(np.isnan(total), -np.inf, total)
-    if np.any(total == np.inf):
-        return math.nan
-    return float(pareto_k(total))
+    parts = []
+    for w in log_w:
+        w = np.asarray(w, np.float64).ravel()
+        w = np.where(np.isnan(w), -np.inf, w)
+        if np.any(w == np.inf):
+            return math.nan
+        top = np.max(w)
+        if not np.isfinite(top):
+            continue  # a population whose weights all vanished has no tail
+        parts.append(w - (top + math.log(np.mean(np.exp(w - top)))))
+    return float(pareto_k(np.concatenate(parts))) if parts else math.nan
 
 
 def population_spread(log_z: np.ndarray) -> tuple[float, float]:
