@@ -155,8 +155,11 @@ def pooled_pareto_k(log_w: Sequence[np.ndarray]) -> float:
     weights of known tail in benchmarks/results/calibration.md, `tail_rule`). Each population is
     scaled by its own mean so that the spread of the populations' Ẑ_j, which the replicate
     standard error measures, does not enter the tail (pooled at their Ẑ_j scale, the largest
-    weights would come from the population with the largest Ẑ_j). Recorded beside the populations'
-    k̂s, not used by the verdict. NaN weights count as zero; an infinite one gives NaN.
+    weights would come from the population with the largest Ẑ_j). On real SMC runs the
+    populations' final weights also differ in spread (each resampled last at its own step), and
+    the pooled k̂ can exceed every population's (funnel: 0.60-0.69 against at most 0.48; docs/
+    method.md, "The default policy", step 4). Recorded beside the populations' k̂s, not used by
+    the verdict. NaN weights count as zero; an infinite one gives NaN.
 
     Example:
         >>> rng = np.random.default_rng(0)
