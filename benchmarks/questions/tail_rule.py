@@ -99,8 +99,9 @@ def render(data: dict) -> str:
     cells, runs, n = data["cells"], data["settings"]["runs"], data["settings"]["population"]
     out = [f"# The tail rule of several populations ({runs} runs per cell, populations of {n})", ""]
     out += ["Weights 1 + GPD(k, 1). Flagged: k̂ > 0.5 in the largest of the P populations (today's rule), "
-            "in the P·N weights pooled, in the mean of the P populations' k̂s, or either of the pooled k̂ > 0.5 and the largest > 0.7 (both). Covering: log Ẑ within 2 delta-method SEs of log Z, among all "
-            "runs and among those each rule lets through (`ok` by its tail).", ""]
+            "in the P·N weights pooled, in the mean of the P populations' k̂s, or either of the pooled "
+            "k̂ > 0.5 and the largest > 0.7 (both). Covering: log Ẑ within 2 delta-method SEs of log Z, "
+            "among all runs and among those each rule lets through (`ok` by its tail).", ""]
     out += ["| k | P | flagged: largest | flagged: pooled | flagged: mean | flagged: both | covering: all | "
             "covering: largest ok | covering: pooled ok | covering: mean ok | covering: both ok |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -13,8 +13,9 @@ is a bug (or an error of the machine) and is reported as such, with the tracebac
 `TooSlow` (a `RunFailed`) is training stopped because it could not make the updates it needed in
 its time (a policy's learning pilot). `FileFailed` (a `RunFailed`) is an OS error on a user's file
 found during a run: its line names the path, the operation, the OS's reason and what to do
-(`os_reason`, `os_advice`). A failure that must not stop the run (a `--save` file that cannot be written once the estimate is in hand) is `defer`red:
-the command line prints it after the results are out and exits with its status.
+(`os_reason`, `os_advice`). A failure that must not stop the run (a `--save` file that cannot be
+written once the estimate is in hand) is `defer`red: the command line prints it after the results
+are out and exits with its status.
 """
 
 from __future__ import annotations
