@@ -61,6 +61,12 @@ _TEXTS: dict[str, Union[str, Callable[..., str]]] = {
         "the pilot run at this effort (stage {stage}) was unreliable, so this run's `ok` is not trusted: "
         "the effort is not enough for this target; try another --init or sampler"
     ),
+    "pareto_k_mean_high": "the {populations} populations' mean Pareto k̂ {k:.2f} > {limit:.2f}: tail too heavy",
+    "pareto_k_mean_warn": "the {populations} populations' mean Pareto k̂ {k:.2f} > {limit}: variance may be infinite",
+    "pareto_k_outlier": (
+        "Pareto k̂ {k:.2f}, beyond the {bound:.2f} the other populations' tail (mean k̂ {others:.2f}) explains: "
+        "this population's weights have a heavier tail of their own"
+    ),
     "populations_scatter": (
         "the populations' Ẑ scatter by {relative_stderr:.3g} of their mean: log Ẑ has no meaningful "
         "standard error; use more particles per population or more refinement moves"

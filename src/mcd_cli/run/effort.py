@@ -18,7 +18,10 @@ from mcd_cli.run.plan import RunPlan
 # What a pilot's reasons ask for. The moves did not mix: more moves per temperature, then longer ones.
 MIXING = frozenset({"moves_barely_move", "not_at_equilibrium"})
 # The weights degenerate between temperatures: more temperatures (a higher conditional ESS).
-DEGENERATE = frozenset({"pareto_k_high", "pareto_k_warn", "pareto_k_unfittable", "gap_unreliable", "gap_warn"})
+DEGENERATE = frozenset({
+    "pareto_k_high", "pareto_k_warn", "pareto_k_mean_high", "pareto_k_mean_warn", "pareto_k_outlier",
+    "pareto_k_unfittable", "gap_unreliable", "gap_warn",
+})
 # A population too small to measure itself or to keep its lineages: larger populations.
 SMALL = frozenset({
     "too_few_samples", "ess_low", "ess_rough", "genealogy_collapsed", "genealogy_negative", "populations_collapsed",

@@ -16,7 +16,7 @@ from mcd_cli.run.plan import RunPlan, sharded_population, sharded_sizes
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, stationarity_moves
 from mcd_cli.stats import (
     Estimate, WeightSummary, merge_runs, mixing_verdict, pooled_pareto_k, population_verdict, smc_estimate,
-    stationarity_verdict, summarize, summarize_weights, with_rounding,
+    stationarity_verdict, summarize, summarize_weights, tail_verdict, with_rounding,
 )
 
 def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
@@ -140,12 +140,13 @@ def estimate_populations(
         estimates.append(
             smc_estimate(
                 float(out.log_z), out.log_w, out.eve, int(out.resamplings),
-                multinomial=s.resampling == "multinomial",
+                multinomial=s.resampling == "multinomial", tail=False,
             )
         )
         outputs.append(out)
         callback((j + 1) * population, num_samples)
-    merged = merge_runs(estimates)
+    # Adaptive tempering's populations share one tail; trained kernels' are judged each on its own.
+    merged = tail_verdict(merge_runs(estimates), [e.pareto_k for e in estimates], population, common=s.adaptive)
     if not math.isfinite(merged.log_z):
         raise RunFailed(
             f"the SMC log Z estimate is {merged.log_z}: every particle's weight vanished; use more "

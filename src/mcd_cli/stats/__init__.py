@@ -52,6 +52,7 @@ from mcd_cli.stats.smc import (
     MIXING_WARN,
     STATIONARITY_WARN,
     STUCK_WARN,
+    TAIL_OUTLIER_LEVEL,
     genealogy_relative_variance,
     merge_runs,
     mixing_verdict,
@@ -60,15 +61,17 @@ from mcd_cli.stats.smc import (
     population_verdict,
     smc_estimate,
     stationarity_verdict,
+    tail_values,
+    tail_verdict,
 )
 
 __all__ = [
     "AllWeightsNonFinite", "CODES", "Combined", "DataSummary", "ESS_MIN", "ESS_WARN", "Estimate", "GAP_MARGIN",
     "HISTOGRAM_BINS", "HISTOGRAM_SPAN", "MAX_RELATIVE_STDERR", "MIN_POPULATIONS", "MIXING_BAD", "MIXING_WARN",
     "NONFINITE_MAX_FRAC", "PARETO_K_BAD", "PARETO_K_WARN", "PARETO_MIN_TAIL", "Reason", "STATIONARITY_WARN", "STUCK_WARN",
-    "STDERR_DISAGREE_Z", "STDERR_WILD_Z", "Status", "WeightSummary", "combine", "combine_estimates",
+    "STDERR_DISAGREE_Z", "STDERR_WILD_Z", "Status", "TAIL_OUTLIER_LEVEL", "WeightSummary", "combine", "combine_estimates",
     "delta_stderr_uncertainty", "ess_floor", "genealogy_relative_variance", "merge_runs", "mixing_verdict",
     "pareto_k", "pareto_k_limit", "pooled_pareto_k", "population_spread", "population_verdict", "scoped", "smc_estimate",
     "stationarity_verdict", "stderr_disagreement", "summarize", "summarize_data", "summarize_weights",
-    "tail_length", "verdict", "with_rounding", "worst",
+    "tail_length", "tail_values", "tail_verdict", "verdict", "with_rounding", "worst",
 ]

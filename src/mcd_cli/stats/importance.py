@@ -186,13 +186,16 @@ def delta_stderr_uncertainty(log_w: np.ndarray) -> float:
     return math.sqrt(c2 / n) * math.sqrt(var_g) / (2.0 * c2)
 
 
-def _tail_reasons(n: int, pareto_k: float) -> tuple[list[Reason], list[Reason]]:
-    """`(bad, warn)`: the verdict of k̂ for n weights."""
+def _tail_reasons(n: int, pareto_k: float, judge: bool = True) -> tuple[list[Reason], list[Reason]]:
+    """`(bad, warn)`: the verdict of k̂ for n weights; with `judge` False only whether a tail can be
+    fitted at all (the value is then judged with other populations': `smc.tail_verdict`)."""
     limit = pareto_k_limit(n)
     if math.isinf(pareto_k) and pareto_k > 0:
         if tail_length(n) < PARETO_MIN_TAIL:
             return [Reason("too_few_samples", {"samples": n})], []
         return [Reason("pareto_k_unfittable", {"min_tail": PARETO_MIN_TAIL})], []
+    if not judge:
+        return [], []
     if pareto_k > limit:
         return [Reason("pareto_k_high", {"k": float(pareto_k), "limit": limit})], []
     if pareto_k > PARETO_K_WARN:
@@ -201,7 +204,7 @@ def _tail_reasons(n: int, pareto_k: float) -> tuple[list[Reason], list[Reason]]:
 
 
 def verdict(
-    log_w: np.ndarray, ess: float, pareto_k: float, num_nonfinite: int = 0
+    log_w: np.ndarray, ess: float, pareto_k: float, num_nonfinite: int = 0, tail: bool = True
 ) -> tuple[Status, tuple[Reason, ...]]:
     """Status and reasons for the estimate from the usable log weights `log_w`.
 
@@ -220,6 +223,8 @@ def verdict(
         log_w: log weights without NaN or +inf (zero weights, −inf, allowed).
         ess: their ESS; pareto_k: their k̂.
         num_nonfinite: NaN or +inf weights dropped before (they count in the fraction).
+        tail: judge k̂'s value here (False: an SMC population, whose k̂ is judged with the others'
+            by `smc.tail_verdict`; a tail too short to fit is judged either way).
 
     Returns:
         The status, and the reasons: the unreliable ones first, then the warnings.
@@ -238,7 +243,7 @@ def verdict(
     if num_nonfinite:
         reason = Reason("nonfinite_weights", {"dropped": int(num_nonfinite), "total": int(total)})
         (bad if num_nonfinite / total >= NONFINITE_MAX_FRAC else warn).append(reason)
-    tail_bad, tail_warn = _tail_reasons(n, pareto_k)
+    tail_bad, tail_warn = _tail_reasons(n, pareto_k, tail)
     bad += tail_bad
     warn += tail_warn
     if ess < ess_floor(n):
@@ -260,8 +265,9 @@ def verdict(
     return (Status.WARN if warn else Status.OK), tuple(warn)
 
 
-def summarize(log_w: np.ndarray, seconds: float = 0.0) -> Estimate:
-    """All statistics and the verdict of a vector of log weights (computed in float64).
+def summarize(log_w: np.ndarray, seconds: float = 0.0, tail: bool = True) -> Estimate:
+    """All statistics and the verdict of a vector of log weights (computed in float64); `tail` as
+    in `verdict`.
 
     Raises:
         AllWeightsNonFinite: when no weight can be used.
@@ -287,7 +293,7 @@ def summarize(log_w: np.ndarray, seconds: float = 0.0) -> Estimate:
     ess = s1 * s1 / s2
     delta = math.sqrt(max(s2 / (s1 * s1) - 1.0 / n, 0.0))
     k = pareto_k(lw)
-    status, reasons = verdict(lw, ess, k, num_nonfinite)
+    status, reasons = verdict(lw, ess, k, num_nonfinite, tail)
     valid = status is not Status.UNRELIABLE
     return Estimate(
         log_z=m + math.log(s1 / n),

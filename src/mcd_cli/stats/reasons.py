@@ -56,6 +56,9 @@ CODES: dict[str, tuple[str, ...]] = {
     "populations_collapsed": ("collapsed", "populations"),
     "populations_scatter": ("relative_stderr",),
     "few_populations": ("populations", "min_populations"),
+    "pareto_k_mean_high": ("k", "limit", "populations"),  # the populations' mean k̂ above the limit
+    "pareto_k_mean_warn": ("k", "limit", "populations"),  # ... above 0.5
+    "pareto_k_outlier": ("k", "others", "bound"),  # one population's tail heavier than the others'
     # The moves of adaptive tempering and the final population (`smc`):
     "moves_barely_move": ("correlation",),
     "not_at_equilibrium": ("moves", "drift", "z"),

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from statistics import NormalDist
 from typing import Optional, Sequence
 
 import numpy as np
 
 from mcd_cli.stats.importance import ESS_MIN, Estimate, Status, summarize, worst
-from mcd_cli.stats.psis import pareto_k
+from mcd_cli.stats.psis import PARETO_K_WARN, pareto_k, pareto_k_limit, tail_length
 from mcd_cli.stats.reasons import Reason, scoped
 from mcd_cli.stats.repeats import STDERR_DISAGREE_Z
 
@@ -59,6 +60,12 @@ STATIONARITY_WARN = 3.0
 # (docs/method.md, "Stuck moves").
 STUCK_WARN = 0.005
 
+# Adaptive tempering's populations' final weights are measurements of one tail (the same replayed
+# schedule and moves, independent keys): `tail_verdict` judges the mean of their k̂s, and flags a
+# population whose k̂ the others' tail explains with probability below TAIL_OUTLIER_LEVEL (over all
+# P, Bonferroni).
+TAIL_OUTLIER_LEVEL = 0.05
+
 
 def genealogy_relative_variance(log_w: np.ndarray, eve: np.ndarray, resamplings: int) -> tuple[float, float]:
     """Lee & Whiteley's (2018) estimate of `Var(Ẑ)/Z²` from one SMC run, and the effective number
@@ -98,6 +105,7 @@ def smc_estimate(
     resamplings: int,
     seconds: float = 0.0,
     multinomial: bool = True,
+    tail: bool = True,
 ) -> Estimate:
     """The estimate of one SMC run: `log Ẑ = log_z_resampled + logsumexp(log w) − log N`, the
     verdict of its final weights (`summarize`), and the genealogy standard error.
@@ -109,14 +117,15 @@ def smc_estimate(
     with a scheme other than multinomial (`multinomial=False`), for which the estimate is biased
     low (lineages coalesce less; measured in docs/method.md). `delta_stderr` holds the genealogy value whatever
     the verdict, and its uncertainty `se / sqrt(2 L)` with `L` the effective lineages: the
-    variance is an average over about `L` independent lineage groups.
+    variance is an average over about `L` independent lineage groups. `tail=False` leaves k̂'s
+    value to `tail_verdict`, which judges it with the other populations'.
 
     Example:
         >>> e = smc_estimate(0.0, np.zeros(100), np.arange(100), 0)
         >>> e.log_z, e.log_z_stderr, e.log_z_stderr_method
         (0.0, 0.0, 'smc-genealogy')
     """
-    final = summarize(log_w, seconds=seconds)
+    final = summarize(log_w, seconds=seconds, tail=tail)
     relvar, lineages = genealogy_relative_variance(log_w, eve, resamplings)
     # A difference of sums: rounding can leave a true zero slightly below it.
     relvar = 0.0 if -1e-9 <= relvar < 0.0 else relvar
@@ -150,8 +159,8 @@ def smc_estimate(
 
 def pooled_pareto_k(log_w: Sequence[np.ndarray]) -> float:
     """Pareto k̂ of J populations' final weights pooled, each population's relative to its own
-    mean: the tail index the J populations share, fitted once to all J·N weights, where
-    `merge_runs` takes the largest of J noisy k̂s (which rises with J at the same tail: measured on
+    mean: the tail index the J populations share, fitted once to all J·N weights, where the
+    largest of J noisy k̂s rises with J at the same tail (`tail_verdict` judges their mean; measured on
     weights of known tail in benchmarks/results/calibration.md, `tail_rule`). Each population is
     scaled by its own mean so that the spread of the populations' Ẑ_j, which the replicate
     standard error measures, does not enter the tail (pooled at their Ẑ_j scale, the largest
@@ -212,8 +221,9 @@ def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
     (`population_spread`). The headline is the genealogy SE when every run has one and the two
     agree (|Δ| ≤ 2√(u₁² + u₂²)); when they disagree, the larger, with a warning; when a genealogy
     collapsed, the spread (method `"replicates"`), the verdict then coming from the runs' final
-    weights. The verdict is otherwise the worst run's; ESS, N and the non-finite counts add up,
-    k̂ is the worst, the ELBO the mean. Each run's reasons are scoped to its population.
+    weights. The verdict is otherwise the worst run's, but for their k̂s (`tail_verdict` judges
+    them); ESS, N and the non-finite counts add up, k̂ is the worst (`tail_verdict` may make it
+    the mean), the ELBO the mean. Each run's reasons are scoped to its population.
     """
     estimates = tuple(estimates)
     if len(estimates) == 1:
@@ -281,6 +291,103 @@ def merge_runs(estimates: Sequence[Estimate]) -> Estimate:
         reasons=tuple(reasons),
         weights_status=worst([e.weights_status for e in estimates if e.weights_status is not None]),
     )
+
+
+def tail_values(ks: Sequence[Optional[float]]) -> list[float]:
+    """The populations' k̂s as the tail verdict counts them: below 0 (equal weights, −inf included)
+    as 0, since a lighter tail is no safer than none; an unfittable tail (+inf, NaN, None: a reason
+    of its own) not at all.
+
+    Example:
+        >>> tail_values([0.3, -0.2, float("-inf"), float("inf"), None])
+        [0.3, 0.0, 0.0]
+    """
+    return [max(float(k), 0.0) for k in ks if k is not None and (math.isfinite(k) or k == -math.inf)]
+
+
+def _common_k(ks: Sequence[float], default: float) -> float:
+    """The k̂ of populations judged together: the mean of `tail_values`; −inf when every
+    population's largest weights are equal (no tail: `pareto_tail` false in the record);
+    `default` when no population has a fitted tail."""
+    values = tail_values(ks)
+    if all(k == -math.inf for k in ks):
+        return -math.inf
+    return float(np.mean(values)) if values else default
+
+
+def tail_verdict(
+    estimate: Estimate, ks: Sequence[Optional[float]], population: int, common: bool = True
+) -> Estimate:
+    """The estimate with the verdict of its populations' final-weight tails: `ks`, their k̂s, each
+    fitted to `population` weights (`tail_values` says how each counts). `common=False` judges
+    each population's k̂ on its own, as importance weights (the largest decides), for samplers
+    whose populations' final k̂ is not shown to stand for their Ẑ's tail: trained kernels, whose
+    large runs at a mean k̂ of 0.45 missed by 2.5 SE (docs/method.md, "The tail of several
+    populations"). The run's k̂ is then the largest; with `common`, the mean.
+
+    One population: its k̂ as for importance weights, above `pareto_k_limit(population)`
+    `unreliable` (`pareto_k_high`), above 0.5 `warn` (`pareto_k_warn`). Several: they are P
+    measurements of one tail index, so their mean k̄ is judged the same way
+    (`pareto_k_mean_high`, `pareto_k_mean_warn`). The largest of P k̂s is not: it passes 0.5 ever
+    more often as P grows where the common tail is light (weights of known tail k = 0.4 in 16
+    populations of 4,096: 95 % of runs, 96 % of which cover log Z; the mean flags none:
+    docs/method.md, "The tail of several populations"). A population whose k̂ is above 0.5 and
+    beyond what the others' tail explains, above their mean k̄₋ⱼ by `z · sd · √(1 + 1/(P − 1))`
+    with `sd = (1 + k̄₋ⱼ)/√M` (the sd of a generalised Pareto shape's estimate from M =
+    `tail_length(population)` tail weights) and `z` the normal quantile at `1 − TAIL_OUTLIER_LEVEL/P`,
+    has a heavier tail of its own (`pareto_k_outlier`, scoped to it): `warn`, or `unreliable` above
+    the limit.
+
+    Example:
+        >>> e = Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 16384, 0.45)
+        >>> tail_verdict(e, [0.55, 0.38, 0.41, 0.46], 4096).status.value
+        'ok'
+        >>> [r.code for r in tail_verdict(e, [0.55, 0.52, 0.61, 0.46], 4096).reasons]
+        ['pareto_k_mean_warn']
+        >>> v = tail_verdict(e, [0.95, 0.21, 0.30, 0.25], 4096)
+        >>> v.status.value, [(r.code, r.scope) for r in v.reasons]
+        ('unreliable', [('pareto_k_outlier', (('population', 1),))])
+    """
+    limit = pareto_k_limit(population)
+    if not common and len(ks) > 1:
+        for j, k in enumerate(ks):
+            judged = tail_verdict(estimate, [k], population)
+            for reason in judged.reasons[len(estimate.reasons):]:
+                estimate = _flag(estimate, scoped(reason, "population", j + 1), judged.status)
+        return estimate
+    if len(ks) > 1:
+        estimate = dataclasses.replace(estimate, pareto_k=_common_k(ks, estimate.pareto_k))
+    fitted = [(j, tail_values([k])) for j, k in enumerate(ks)]
+    fitted = [(j, v[0]) for j, v in fitted if v]
+    if not fitted:
+        return estimate
+    if len(ks) == 1:
+        k = fitted[0][1]
+        if k > limit:
+            return _flag(estimate, Reason("pareto_k_high", {"k": k, "limit": limit}), Status.UNRELIABLE)
+        if k > PARETO_K_WARN:
+            return _flag(estimate, Reason("pareto_k_warn", {"k": k, "limit": PARETO_K_WARN}))
+        return estimate
+    values = [k for _, k in fitted]
+    mean = float(np.mean(values))
+    if mean > limit:
+        reason = Reason("pareto_k_mean_high", {"k": mean, "limit": limit, "populations": len(values)})
+        estimate = _flag(estimate, reason, Status.UNRELIABLE)
+    elif mean > PARETO_K_WARN:
+        reason = Reason("pareto_k_mean_warn", {"k": mean, "limit": PARETO_K_WARN, "populations": len(values)})
+        estimate = _flag(estimate, reason)
+    if len(values) < 2:
+        return estimate
+    z = NormalDist().inv_cdf(1.0 - TAIL_OUTLIER_LEVEL / len(values))
+    scale = 1.0 / math.sqrt(tail_length(population)) * math.sqrt(1.0 + 1.0 / (len(values) - 1))
+    total = sum(values)
+    for j, k in fitted:
+        others = (total - k) / (len(values) - 1)
+        bound = others + z * (1.0 + others) * scale
+        if k > PARETO_K_WARN and k > bound:
+            reason = scoped(Reason("pareto_k_outlier", {"k": k, "others": others, "bound": bound}), "population", j + 1)
+            estimate = _flag(estimate, reason, Status.UNRELIABLE if k > limit else Status.WARN)
+    return estimate
 
 
 def _flag(estimate: Estimate, reason: Reason, status: Status = Status.WARN) -> Estimate:
