@@ -112,11 +112,11 @@ NOT_OK_WHY = {
                  "of 0.035; needs moves adapted to the local curvature (Riemannian HMC)",
     "brownian_motion": "the observation scale's funnel: its neck (log σ_obs below −4) holds 1.3 % of the mass "
                        "and the final particles 0.01 %, so runs are 0.02–0.045 nats low at SEs of 0.01–0.02 "
-                       "(`ok` but not covering), or `warn` for one population's k̂ above 0.5; the moves are "
-                       "not stuck there, so the policy does not turn to the flow, which, fitted by hand, was "
+                       "(`ok` but not covering), or `warn` for a heavy tail in one population's final weights; the "
+                       "moves are not stuck there, so the policy does not turn to the flow, which, fitted by hand, was "
                        "not good enough to pay (docs/method.md, \"Stuck moves\")",
-    "nice_mnist": "as brownian_motion: k̂ near 0.45 from ESS 0.5 to 0.9 (`warn` when one population passes "
-                  "0.5), errors within ±0.05 from the declared N(0, I) start",
+    "nice_mnist": "as brownian_motion: k̂ near 0.45 from ESS 0.5 to 0.9 (`warn` for a heavy tail in one "
+                  "population's final weights), errors within ±0.05 from the declared N(0, I) start",
 }
 
 
@@ -174,7 +174,26 @@ def summarise(cells: dict) -> dict:
     pooled["median_wall_seconds"], pooled["max_wall_seconds"] = wall_summary(every)
     pooled["ok_and_covering_fraction"] = pooled["covered"] / pooled["runs"] if pooled["runs"] else None
     return {"targets": rows, "pooled": pooled, "pooled_without_whitened_gaussians": hard, "beyond_4se": far, "policy": policy,
-            "beyond_4se_ok": [f for f in far if f["status"] == "ok"]}
+            "beyond_4se_ok": [f for f in far if f["status"] == "ok"], "tail_rules": tail_rules(every)}
+
+
+def tail_rules(cells: list) -> "dict | None":
+    """How the verdict's tail rule of several populations (the mean of their k̂s, session 32) and
+    the one before it (the largest) differ on the runs that recorded their populations' k̂s: the
+    `ok` runs with a population above 0.5, which the largest-k̂ rule made `warn`, and how many of
+    them cover the truth within ±2 SE. None when no run recorded them."""
+    from mcd_cli.stats import PARETO_K_WARN, tail_values
+
+    runs = [c for c in cells if c.get("pareto_k_populations") and "failed" not in c]
+    if not runs:
+        return None
+    ok = [c for c in runs if c.get("status") == "ok"]
+    passed = [c for c in ok if max(tail_values(c["pareto_k_populations"]) or [0.0]) > PARETO_K_WARN]
+    covering = [c for c in passed if c["log_z_stderr"] and abs(c["error"]) <= 2 * c["log_z_stderr"]]
+    return {"runs": len(runs), "ok": len(ok), "ok_with_a_population_above": len(passed), "covering": len(covering),
+            "examples": [{"target": Path(c["target"]).stem, "seed": c.get("seed"), "error": c["error"],
+                          "stderr": c["log_z_stderr"], "largest": max(tail_values(c["pareto_k_populations"])),
+                          "mean": c.get("pareto_k")} for c in passed]}
 
 
 def render(data: dict) -> str:
@@ -214,6 +233,14 @@ def markdown(summary: dict) -> str:
         lines.append("")
         lines.append("Why these targets are not `ok` within the policy's cap:")
         lines.extend(f"- {name}: {text}" for name, text in why)
+    tails = summary.get("tail_rules")
+    if tails and tails["ok"]:
+        lines.append("")
+        lines.append(f"Tail rules ({tails['runs']} runs that recorded their populations' k̂s): of the {tails['ok']} `ok` runs, "
+                     f"{tails['ok_with_a_population_above']} have a population's k̂ above 0.5, which the largest-k̂ rule "
+                     f"(until session 32) made `warn`; {tails['covering']} of them cover the truth within ±2 SE.")
+        lines.extend(f"- {Path(e['target']).stem} seed {e['seed']}: error {e['error']:+.3f} ± {e['stderr']:.3f}, "
+                     f"largest k̂ {e['largest']:.2f}, mean {e['mean']:.2f}" for e in tails["examples"])
     lines.append("")
     lines.append(f"Runs with |error| > 4 SE (or no SE): {len(summary['beyond_4se'])}; of them `ok`: {len(summary['beyond_4se_ok'])}.")
     for f in summary["beyond_4se"]:
