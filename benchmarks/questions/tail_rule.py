@@ -6,8 +6,9 @@ tail does not, so a run made larger by more populations warned more often at the
 alternatives compared here judge the common tail once: from the k̂ of all P·N weights pooled
 (`mcd_cli.stats.pooled_pareto_k`, each population's weights relative to its own mean), or from
 the mean of the P populations' k̂s; P populations of one sampler are draws of one weight
-distribution. The verdict now ships the mean, with a test for a population whose tail is heavier
-than the others' (`mcd_cli.stats.tail_verdict`): the `verdict` columns.
+distribution. The verdict now judges adaptive tempering's populations by the mean, with a test for
+a population whose tail is heavier than the others' (`mcd_cli.stats.tail_verdict`): the `verdict`
+columns.
 
 For each true tail index k and each P, over `--runs` seeds, with N = `--population` weights per
 population, `w = 1 + X` with X generalised Pareto of shape k and scale 1 (tail index exactly k,
