@@ -186,7 +186,7 @@ def delta_stderr_uncertainty(log_w: np.ndarray) -> float:
     return math.sqrt(c2 / n) * math.sqrt(var_g) / (2.0 * c2)
 
 
-def _tail_reasons(n: int, pareto_k: float, judge: bool = True) -> tuple[list[Reason], list[Reason]]:
+def tail_reasons(n: int, pareto_k: float, judge: bool = True) -> tuple[list[Reason], list[Reason]]:
     """`(bad, warn)`: the verdict of k̂ for n weights; with `judge` False only whether a tail can be
     fitted at all (the value is then judged with other populations': `smc.tail_verdict`)."""
     limit = pareto_k_limit(n)
@@ -243,7 +243,7 @@ def verdict(
     if num_nonfinite:
         reason = Reason("nonfinite_weights", {"dropped": int(num_nonfinite), "total": int(total)})
         (bad if num_nonfinite / total >= NONFINITE_MAX_FRAC else warn).append(reason)
-    tail_bad, tail_warn = _tail_reasons(n, pareto_k, tail)
+    tail_bad, tail_warn = tail_reasons(n, pareto_k, tail)
     bad += tail_bad
     warn += tail_warn
     if ess < ess_floor(n):

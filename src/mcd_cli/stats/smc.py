@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from mcd_cli.stats.importance import ESS_MIN, Estimate, Status, summarize, worst
+from mcd_cli.stats.importance import ESS_MIN, Estimate, Status, summarize, tail_reasons, worst
 from mcd_cli.stats.psis import PARETO_K_WARN, pareto_k, pareto_k_limit, tail_length
 from mcd_cli.stats.reasons import Reason, scoped
 from mcd_cli.stats.repeats import STDERR_DISAGREE_Z
@@ -357,16 +357,13 @@ def tail_verdict(
         return estimate
     if len(ks) > 1:
         estimate = dataclasses.replace(estimate, pareto_k=_common_k(ks, estimate.pareto_k))
-    fitted = [(j, tail_values([k])) for j, k in enumerate(ks)]
-    fitted = [(j, v[0]) for j, v in fitted if v]
+    fitted = [(j, v) for j, k in enumerate(ks) for v in tail_values([k])]
     if not fitted:
         return estimate
-    if len(ks) == 1:
-        k = fitted[0][1]
-        if k > limit:
-            return _flag(estimate, Reason("pareto_k_high", {"k": k, "limit": limit}), Status.UNRELIABLE)
-        if k > PARETO_K_WARN:
-            return _flag(estimate, Reason("pareto_k_warn", {"k": k, "limit": PARETO_K_WARN}))
+    if len(ks) == 1:  # as importance weights (an unfittable tail, dropped above, has its own reason)
+        bad, warn = tail_reasons(population, fitted[0][1])
+        for reason in bad + warn:
+            estimate = _flag(estimate, reason, Status.UNRELIABLE if bad else Status.WARN)
         return estimate
     values = [k for _, k in fitted]
     mean = float(np.mean(values))
