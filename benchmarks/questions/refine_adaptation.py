@@ -6,7 +6,7 @@ the particles, which adds a bias the theory calls O(1/N). This measures it: trai
 the command line's start) for `--iterations` updates, then run `--runs` independent SMC populations
 of `--particles` on its own schedule (`--resample 0.5 --refine hmc`, multinomial resampling) in
 four modes: refinement parameters fixed at their starting values (`none`: step d^-1/4, unit mass;
-Ẑ exactly unbiased), only the mass adapted (`mass`), only the step size (`step`), both (`both`,
+unbiased but for the moves following each population's own resamplings, `refine_timing`), only the mass adapted (`mass`), only the step size (`step`), both (`both`,
 what `mcd estimate` does). Reports, per mode, log of the mean of Ẑ/Z over the runs (0 for an
 unbiased estimator, up to its Monte Carlo error), and the mean and median of log Ẑ − log Z.
 

@@ -95,8 +95,9 @@ class SamplerConfig:
         refine_every: "resample" (refine after each resampling) or "step" (after every step).
         refine_tuning: how the refinement's step size and preconditioner (and, with adaptive
             tempering, the temperatures) are chosen: "pilot" (adapted on a pilot population with
-            its own key, then frozen for the estimating populations, which with adaptive tempering
-            replay its temperatures: Ẑ exactly unbiased; `run.estimate.tuned_refinement`) or
+            its own key, then frozen for the estimating populations, which refine after its
+            resampling steps and, with adaptive tempering, replay its temperatures: Ẑ exactly
+            unbiased; `run.estimate.tuned_refinement`) or
             "particles" (adapted from each population's own particles as it runs: a bias in Ẑ).
         adaptive: adaptive tempering: β chosen from the particles, the refinement moves replace
             the forward kernels (needs `refine`).

@@ -41,13 +41,14 @@ TUNING_STREAM = 0x7E1E
 
 
 def tuned_refinement(s: SamplerConfig, run_pilot: Callable[[], Any]) -> Optional[Any]:
-    """The frozen refinement with `refine_tuning="pilot"`: the per-step parameters
-    (`SMCOutput.tuning`) of one pilot population, adapted from its own particles, run by
-    `run_pilot` with a key no estimating population shares; with adaptive tempering also its
-    temperatures and resamplings (a `smc.Tempering`, replayed by `smc.run_replay`). None (each
-    population adapts from its own particles) otherwise. The estimating populations then move
-    with kernels and a schedule fixed before they draw a random number, so their Ẑ is exactly
-    unbiased (docs/method.md, "Refinement")."""
+    """The frozen refinement with `refine_tuning="pilot"`: the per-step parameters and resampling
+    steps (`SMCOutput.tuning`, a `smc.FixedTuning`) of one pilot population, adapted from its own
+    particles, run by `run_pilot` with a key no estimating population shares; with adaptive
+    tempering also its temperatures and resamplings (a `smc.Tempering`, replayed by
+    `smc.run_replay`). None (each population adapts from its own particles) otherwise. The
+    estimating populations then move with kernels and a schedule fixed before they draw a random
+    number, so their Ẑ is exactly unbiased (docs/method.md, "Refinement", "Moves at planned
+    steps")."""
     if s.refine == "none" or s.refine_tuning != "pilot":
         return None
     return run_pilot().tuning

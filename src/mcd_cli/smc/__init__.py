@@ -19,7 +19,8 @@ Modules:
     diagnostics: how much the moves moved the particles, and the stationarity test.
     sharding: one population over several devices, with global resampling.
     loop: `lax.scan` over a fixed schedule, `lax.while_loop` when adaptive; `run`. A fixed
-        schedule's refinement may be frozen at given per-step parameters (`run_fixed(frozen=)`).
+        schedule's refinement may be frozen at an earlier run's per-step parameters and resampling
+        steps (`run_fixed(frozen=)`, a `FixedTuning`).
     segments: training with SMC in the loop: a batch run as one population, its loss summed over
         the segments between resamplings, no gradient through a resampling.
 
@@ -49,7 +50,8 @@ from mcd_cli.smc.diagnostics import (
 from mcd_cli.smc.loop import initial_population, run, run_adaptive, run_fixed, run_replay
 from mcd_cli.smc.sharding import on_every_device, replicate, shard
 from mcd_cli.smc.state import (
-    Kernels, Population, Resampler, Settings, SMCOutput, StepInfo, Tempering, Trace, ess_fraction, normalised, take,
+    FixedTuning, Kernels, Population, Resampler, Settings, SMCOutput, StepInfo, Tempering, Trace, ess_fraction,
+    normalised, take,
 )
 from mcd_cli.smc.step import maybe_refine, maybe_resample, no_refine, resample_population
 from mcd_cli.smc.tempering import BISECTION_STEPS, ESS_ROUNDING, conditional_ess, next_beta

@@ -6,7 +6,9 @@ k-th of K keys split from the steps' key, an adaptive (or replayed) step `fold_i
 and the stationarity test `fold_in(steps' key, K + 1)` (`max_steps + 1` when adaptive).
 
 A replayed run (`run_replay`) goes through the temperatures, resamplings and refinement tuning an
-earlier adaptive run chose (its `SMCOutput.tuning`, a `Tempering`), adapting nothing.
+earlier adaptive run chose (its `SMCOutput.tuning`, a `Tempering`), adapting nothing. A frozen run
+on a fixed schedule (`run_fixed(frozen=)`) refines after the steps an earlier run resampled at,
+with that run's parameters (a `FixedTuning`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from mcd_cli.kernels.base import AnnealedPath, RefineKernel, RefineParams
 from mcd_cli.smc import adaptation, step, tempering
 from mcd_cli.smc.diagnostics import stationarity
 from mcd_cli.smc.sharding import replicate, shard
-from mcd_cli.smc.state import Kernels, Population, Settings, SMCOutput, Tempering, Trace
+from mcd_cli.smc.state import FixedTuning, Kernels, Population, Settings, SMCOutput, Tempering, Trace
 from mcd_cli.targets.base import Target
 
 
@@ -63,7 +65,7 @@ def run(
     adapt: bool = True,
     context: Optional[jax.Array] = None,
     sharding: Optional[NamedSharding] = None,
-    frozen: Optional[RefineParams] = None,
+    frozen: Any = None,
 ) -> SMCOutput:
     """One SMC run of `num` particles on a fixed schedule, or adaptive (`settings.adaptive`).
 
@@ -83,8 +85,9 @@ def run(
             backward kernel with every transition; None for an unconditional sampler.
         sharding: the particle axis split over a mesh of devices (`devices.Layout.particles`; `num`
             a multiple of its device count), with global resampling; None: no constraint.
-        frozen: a fixed schedule's refinement parameters per step, used as they are (`run_fixed`);
-            with adaptive tempering, an earlier run's `Tempering` (its `SMCOutput.tuning`),
+        frozen: on a fixed schedule, an earlier run's `FixedTuning` (its `SMCOutput.tuning`): its
+            refinement parameters and resampling steps, used as they are (`run_fixed`); with
+            adaptive tempering, an earlier run's `Tempering` (its `SMCOutput.tuning`),
             replayed (`run_replay`).
     """
     if settings.adaptive and frozen is not None:
@@ -96,13 +99,15 @@ def run(
 
 def run_fixed(
     key, params, path, target, num, kernels: Kernels, settings: Settings, adapt, context=None, sharding=None,
-    frozen: Optional[RefineParams] = None,
+    frozen: Optional[FixedTuning] = None,
 ) -> SMCOutput:
     """`run` on the fixed schedule of `path`: K steps of `step.build_kernel` under `lax.scan`.
 
-    `frozen` (a `RefineParams` stacked over the K steps, e.g. an earlier run's `SMCOutput.tuning`):
-    the refinement at step k uses `frozen[k − 1]` and adapts nothing (`adapt` is ignored), so its
-    kernels are fixed before the run draws a random number and Ẑ is exactly unbiased.
+    `frozen` (a `FixedTuning`, e.g. an earlier run's `SMCOutput.tuning`): the refinement runs after
+    the steps `frozen.resampled` marks, where the population is resampled too, with the parameters
+    `frozen.refine[k − 1]` at step k, and adapts nothing (`adapt` is ignored); the population is
+    also resampled, without moves, where its ESS falls below the threshold. So its kernels are
+    fixed before the run draws a random number, and Ẑ is unbiased (`step`'s docstring).
     """
     forward = kernels.forward
     resolved = forward.prepare(params.forward, target.dim)
@@ -130,16 +135,18 @@ def run_fixed(
 
     def scanned(pop, xs):
         k, delta, beta_prev, beta, fixed, step_key = xs
+        planned = None
         if frozen is not None:
-            pop = pop._replace(refine=fixed)
+            pop, planned = pop._replace(refine=fixed.refine), fixed.resampled
         # what an adapting refinement at step k would set the preconditioner to: the particles'
         # weighted variance after the step's reweighting (before its resampling, the same in law)
-        pop, info = one_step(step_key, pop, k, delta, beta_prev, beta)
+        pop, info = one_step(step_key, pop, k, delta, beta_prev, beta, planned)
         return pop, (info, pop.refine._replace(inv_mass=adaptation.weighted_variance(pop)))
 
-    pop, (trace, tuning) = jax.lax.scan(scanned, pop, inputs)
-    if kernels.refine is None:
-        tuning = None
+    pop, (trace, params_used) = jax.lax.scan(scanned, pop, inputs)
+    # the steps it refined after: its own resamplings, or the frozen run's
+    refined = trace.resampled if frozen is None else frozen.resampled
+    tuning = None if kernels.refine is None else FixedTuning(params_used, refined)
     drift = None
     if kernels.refine is not None:
         drift = stationarity(

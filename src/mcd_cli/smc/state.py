@@ -125,6 +125,24 @@ class Tempering(NamedTuple):
     final: RefineParams
 
 
+class FixedTuning(NamedTuple):
+    """What one run on a fixed schedule chose, per step (arrays over the K steps): what a later run
+    freezes (`loop.run_fixed(frozen=...)`), so that nothing in it depends on its own particles'
+    weights but where its ESS asks for a resampling (which keeps Ẑ unbiased; Whiteley, Lee & Heine
+    2016, αSMC).
+
+    Attributes:
+        refine: the refinement's parameters as the run's adaptation had them at each step: the step
+            size in effect, and the particles' weighted variance after the step's reweighting as
+            the preconditioner (a `RefineParams` stacked over the K steps).
+        resampled: whether the run was resampled (and so refined) after each step: the later run
+            refines after these steps and no others, and resamples there.
+    """
+
+    refine: RefineParams
+    resampled: jax.Array
+
+
 class SMCOutput(NamedTuple):
     """One SMC run: `log Ẑ = log_z + logsumexp(log_w) − log N`, and what its error needs."""
 
@@ -140,11 +158,9 @@ class SMCOutput(NamedTuple):
     # the final particles' positions in the sampler's space, (N, d): with `log_w` they are the
     # population's weighted draws from the target (`run.draws` makes posterior draws of them)
     particles: Any = None
-    # fixed schedule: the refinement's parameters as this run's adaptation had them at each step, a
-    # `RefineParams` stacked over the K steps (the step size in effect, and the particles' weighted
-    # variance after the step's reweighting as the preconditioner): what a later run freezes
-    # (`loop.run_fixed(frozen=...)`); adaptive: the `Tempering` it chose (`loop.run_replay`);
-    # None without refinement
+    # fixed schedule: the `FixedTuning` this run's adaptation chose (its refinement's parameters and
+    # resampling steps), what a later run freezes (`loop.run_fixed(frozen=...)`); adaptive: the
+    # `Tempering` it chose (`loop.run_replay`); None without refinement
     tuning: Any = None
 
 
