@@ -18,8 +18,8 @@ resampled and refined after the planned steps, and resampled without moves where
 falls low. Refining where this population's own ESS fell low would choose its kernels from its own
 weights, and that biases Ẑ: on brownian_motion with trained ULA-MCD kernels, populations of 512
 gave E[Ẑ/Z] = 1.08 ± 0.02 (resampling at ESS 0.5, moves after each resampling) against 0.99 ±
-0.02 with moves at every step's resampling and 0.98 ± 0.02 without moves (docs/method.md,
-"Refinement at planned steps"). The resampling alone may follow the ESS (αSMC: Whiteley, Lee &
+0.02 with resampling and moves at every step and 0.99 ± 0.01 without moves (docs/method.md,
+"Moves at planned steps"). The resampling alone may follow the ESS (αSMC: Whiteley, Lee &
 Heine 2016).
 
 `build_kernel` takes the kernels as values (BlackJAX's `smc.tempered.build_kernel`) and returns
