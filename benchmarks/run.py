@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import fcntl
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -137,6 +138,19 @@ def _output_of(argv: list[str]) -> Path | None:
     return None
 
 
+def _other_module(path: Path, module: str) -> bool:
+    """Whether a result file names another module as its `benchmark` (a job running beside this
+    one wrote it: `refine_timing` once took in two `learned_pays` files being written meanwhile).
+    Files without the field (JSON lines) are kept."""
+    if path.suffix != ".json":
+        return False
+    try:
+        name = json.loads(path.read_text()).get("benchmark")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(name, str) and not name.startswith(module)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False, add_help=False)
     p.add_argument("question", nargs="?")
@@ -176,9 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     importlib.import_module(module).main(margs)
     if out is not None:  # the module's own file only: another job may write beside it meanwhile
         written = [out] if out.exists() else []
-    else:  # the module's default file(s): those changed during the run
+    else:  # the module's default file(s): those changed during the run, but not another module's
         written = [f for f in sorted(common.RESULTS.glob("*")) if f.is_file() and before.get(f) != f.stat().st_mtime
-                   and f.suffix in (".json", ".jsonl")]
+                   and f.suffix in (".json", ".jsonl") and not _other_module(f, module)]
     if written:
         convert(args.question, config, written)
 

@@ -60,3 +60,18 @@ def test_calibration_refuses_output_after_extra_and_the_runner_reads_only_its_ow
     assert runner._output_of(["--seeds", "2", "--output", "a.json", "--extra", "--output", "b.json"]) == Path("a.json")
     assert runner._output_of(["--seeds", "2", "--extra", "--output", "b.json"]) is None
     assert runner._output_of(["--output", "a.json", "--output", "c.json"]) == Path("c.json")
+
+
+def test_the_runner_leaves_another_modules_file_alone(bench, tmp_path):
+    """Without --output the runner converts the files changed while the module ran, except one
+    that names another module as its benchmark (a job running beside it wrote that one)."""
+    _, runner, _ = bench
+    mine, other, lines = tmp_path / "mine.json", tmp_path / "other.json", tmp_path / "rows.jsonl"
+    mine.write_text(json.dumps({"benchmark": "refine_timing", "cells": {}}))
+    other.write_text(json.dumps({"benchmark": "learned_pays", "cells": {}}))
+    lines.write_text(json.dumps({"machine": {}}) + "\n")
+    assert not runner._other_module(mine, "refine_timing")
+    assert runner._other_module(other, "refine_timing")
+    assert not runner._other_module(lines, "refine_timing")
+    (tmp_path / "calibration.json").write_text(json.dumps({"benchmark": "calibration_fill_z"}))
+    assert not runner._other_module(tmp_path / "calibration.json", "calibration")
