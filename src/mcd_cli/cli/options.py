@@ -250,8 +250,8 @@ OPTIONS: dict[str, Any] = {
     "refine_tuning": option(
         RefineTuning, "--refine-tuning", panel=SMC,
         help="How the refinement's step size and mass (and adaptive tempering's temperatures) are chosen: pilot "
-        "(adapted on a pilot population with its own random numbers, then frozen, the temperatures replayed: the "
-        "estimate stays unbiased whatever the kernels) or particles (adapted from each population's own particles "
+        "(adapted on a pilot population with its own random numbers, then frozen with its resampling steps, the "
+        "temperatures replayed: the estimate stays unbiased whatever the kernels) or particles (adapted from each population's own particles "
         f"as it runs: one population cheaper, biased). (default: {_S.refine_tuning})",
     ),
     "target_ess": option(
