@@ -64,6 +64,18 @@ def refine_with(mode: str):
     return refine
 
 
+def trained_mcd(target, iterations: int, seed: int):
+    """ULA-MCD (K = 64) trained for `iterations` updates from the command line's start: `(the
+    started target, the sampler's config, its parameters)`. Also `refine_timing`'s kernels."""
+    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=64, hidden=hidden_for(target.dim))
+    tconf = TrainConfig(iterations=iterations, batch_size=128)
+    begin = run.start(run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=seed))
+    fitted = begin.target
+    state = training.init_train_state(jax.random.key(seed), fitted, sconf, tconf, step_sizes=begin.step_sizes)
+    update = training.make_train_chunk(fitted, sconf, tconf)
+    return fitted, sconf, training.fit(state, fitted, sconf, tconf, update=update).state.params
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="gauss_narrow")
@@ -76,12 +88,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     out = ResultFile(args.output, "refine_adaptation", {})
     target = load_target(args.target, {"dim": args.dim})
-    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=64, hidden=hidden_for(target.dim))
-    tconf = TrainConfig(iterations=args.iterations, batch_size=128)
-    begin = run.start(run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=args.seed))
-    fitted = begin.target
-    state = training.init_train_state(jax.random.key(args.seed), fitted, sconf, tconf, step_sizes=begin.step_sizes)
-    params = training.fit(state, fitted, sconf, tconf, update=training.make_train_chunk(fitted, sconf, tconf)).state.params
+    fitted, sconf, params = trained_mcd(target, args.iterations, args.seed)
     is_error = stats.summarize(
         annealing.sample_log_weights(jax.random.key(5), params, fitted, sconf, 16384, 1024)
     ).log_z - target.log_z

@@ -35,9 +35,9 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from common import RESULTS, ResultFile, log
-from mcd_cli import run, smc, training
-from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for
+from mcd_cli import run, smc
 from mcd_cli.kernels import hmc
+from refine_adaptation import trained_mcd
 from mcd_cli.targets import load_target
 
 MODES = ("own", "planned", "every", "none")
@@ -55,12 +55,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     out = ResultFile(args.output, "refine_timing", {})
     target = load_target(args.target)
-    sconf = SamplerConfig(sampler="ula", backward="mcd", steps=64, hidden=hidden_for(target.dim))
-    tconf = TrainConfig(iterations=args.iterations, batch_size=128)
-    begin = run.start(run.RunPlan(target=target, sconf=sconf, tconf=tconf, seed=args.seed))
-    fitted = begin.target
-    state = training.init_train_state(jax.random.key(args.seed), fitted, sconf, tconf, step_sizes=begin.step_sizes)
-    params = training.fit(state, fitted, sconf, tconf, update=training.make_train_chunk(fitted, sconf, tconf)).state.params
+    fitted, sconf, params = trained_mcd(target, args.iterations, args.seed)
     base = dataclasses.replace(
         sconf, resample=0.5, refine="hmc", refine_steps=args.refine_steps, resampling="multinomial"
     )
