@@ -80,3 +80,19 @@ def test_golden_record(case, tmp_path):
         smc = new.get("smc") or {}
         if smc.get("pareto_k_populations"):  # the pooled k̂ is recorded beside the populations'
             assert isinstance(smc["pareto_k_pooled"], float), smc.get("pareto_k_pooled")
+
+
+def test_the_golden_smc_records_of_several_populations_carry_their_mean_k_hat():
+    """Every SMC record of several populations, trained kernels' (`smc_ula_mcd`) as adaptive
+    tempering's, reports the mean of its populations' k̂s (below 0 as 0) as its k̂, the value the
+    verdict judges (`stats.tail_verdict`); `test_golden_record` checks that the code reproduces it."""
+    from mcd_cli.stats.smc import tail_values
+
+    judged = 0
+    for case in CASES:
+        for record in case["records"]:
+            ks = (record.get("smc") or {}).get("pareto_k_populations") or []
+            if len(ks) > 1:
+                assert record["pareto_k"] == pytest.approx(sum(tail_values(ks)) / len(ks), abs=1e-6), case["case"]
+                judged += 1
+    assert judged == 2

@@ -564,6 +564,80 @@ def test_an_ok_learned_pilot_replaces_an_adaptive_effort_that_is_not_ok():
                                                         "kernels learned for at most 98 s")
 
 
+@pytest.mark.parametrize("ks, used", [((0.42, 0.35, 0.4, 0.38), True), ((0.5, 0.4, 0.47, 0.45), False)])
+def test_a_learned_pilots_tails_are_judged_by_the_verdicts_rule(ks, used):
+    """A learned pilot's populations' k̂ predict its final run by the verdict's rule, the mean of the
+    final populations' k̂ at or below 0.5 (`pilots.mean_tail_pass_probability`), not by the adaptive
+    effort's stricter one (every population): at a mean of 0.39 the final run's 8 populations of
+    2,048 would keep every k̂ at or below 0.5 17 % of the time, and their mean 94 %; at a mean of
+    0.455 their mean passes 72 % of the time, under the 80 % margin."""
+    clock = _Clock()
+    warn = ("warn", 0.05, ("pareto_k_warn",))
+    execute_stage, calls = _script(warn, ("ok", 0.05, (), 900), ("ok", 0.05, ()), clock=clock)
+
+    def with_tails(plan, progress):
+        record = execute_stage(plan, progress)
+        return dataclasses.replace(record, smc=({"pareto_k_populations": list(ks)},)) if len(calls) == 2 else record
+
+    rec = pol.run_policy(_plan(time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
+    final, learned = calls[-1], dataclasses.replace(_Record(0.0, 0.05, "ok", _Combined(())), smc=({"pareto_k_populations": list(ks)},))
+    populations = final.num_samples // final.particles
+    assert (pilots.mean_tail_pass_probability(learned, populations, final.particles) >= pilots.PILOT_TAIL_PASS) == used
+    assert pilots.tail_pass_probability(learned, populations, final.particles) < pilots.PILOT_TAIL_PASS
+    assert (not final.sconf.adaptive and final.train_stage == 1) == used
+    if not used:
+        assert "chance of their mean ≤ 0.5" in rec.policy["stages"][1]["decision"]
+
+
+@pytest.mark.parametrize("adaptive_ks, learns", [((0.42, 0.35, 0.4, 0.38), True), ((0.15, 0.1, 0.2, 0.12), False)])
+def test_an_ok_adaptive_pilot_whose_tails_miss_the_margin_is_a_shortfall_to_learn_for(adaptive_ks, learns):
+    """The last adaptive pilot is `ok`, but its populations' k̂ give its final run a small chance that
+    every one stays at or below 0.5 (the effort's margin) and the pilots are used up: with time to
+    spare, MCD kernels are learned, and used when their pilot is `ok` by the verdict's rule, in a
+    final run sized for the standard error the adaptive one would have had. Tails inside the margin
+    are not a shortfall: the final run is the adaptive one, and nothing is learned."""
+    clock = _Clock()
+    ok = ("ok", 0.05, ())
+    execute_stage, calls = _script(ok, ("ok", 0.08, (), 900), ok, clock=clock)
+
+    def with_tails(plan, progress):
+        record = execute_stage(plan, progress)
+        ks = adaptive_ks if len(calls) == 1 else (0.35, 0.3, 0.4, 0.33)
+        return dataclasses.replace(record, smc=({"pareto_k_populations": list(ks)},))
+
+    rec = pol.run_policy(_plan(time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
+    stages = rec.policy["stages"]
+    if learns:
+        assert [s["role"] for s in stages] == ["pilot", "pilot", "final"] and calls[1].train_seconds > 0
+        assert "adaptive SMC's pilot is ok, but its tails miss the effort's margin; time to spare" in stages[0]["decision"]
+        assert not calls[2].sconf.adaptive and calls[2].train_stage == 1
+        # Sized for the SE the adaptive final run would have had (0.05 at 8,192, so 0.0354 at
+        # 16,384), not for the default max_se of 0.1: 8,192 · (0.08 / 0.0354)² = 41,944 particles.
+        assert calls[2].num_samples == 43008 and "for an SE of at most 0.0353553 " in stages[1]["decision"]
+    else:
+        assert [s["role"] for s in stages] == ["pilot", "final"] and calls[1].sconf.adaptive
+    # Without a time limit nothing is learned, whatever the tails.
+    execute_stage, calls = _script(ok, ok)
+    pol.run_policy(_plan(max_pilots=1), run.NoProgress(), with_tails)
+    assert len(calls) == 2 and calls[1].sconf.adaptive
+
+
+def test_learned_kernels_that_leave_no_time_for_their_final_run_give_way_to_the_adaptive_one():
+    """A learning pilot that ends with less time left than a pilot's worth of its particles takes:
+    its kernels are not used, and the adaptive final run is cut to what the time fits, or, as here,
+    where that is not a pilot's worth either, the policy stops and reports its last stage."""
+    clock = _Clock()
+    warn = ("warn", 0.05, ("pareto_k_warn",))
+    # 1 s per 8,192 particles; the learning pilot's 3,975 updates take 397.5 s, and with its 1 s of
+    # estimating leave 0.5 s of the 400 s limit: 3,276 particles with the 20 % margin, under 8,192.
+    execute_stage, calls = _script(warn, ("ok", 0.02, (), 3975), ("ok", 0.01, ()), clock=clock)
+    rec = pol.run_policy(_plan(time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    stages = rec.policy["stages"]
+    assert "no time left for a final run with these kernels: the final run is the adaptive one" in stages[1]["decision"]
+    # Nor is there for the adaptive one: the policy stops, and reports what it has.
+    assert len(calls) == 2 and rec.policy["stopped"] == "time_limit"
+
+
 def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow():
     ok, tight = ("ok", 0.05, ()), {"max_se": 0.01}
     execute_stage, calls = _script(ok, ok)

@@ -199,19 +199,6 @@ def test_the_tail_verdict_judges_the_mean_of_several_populations_and_their_outli
     assert _judged(ks).pareto_k == pytest.approx(0.225) and _judged([-np.inf] * 4).pareto_k == -np.inf
 
 
-def test_the_tail_verdict_of_trained_kernels_judges_each_population():
-    """`common=False` (trained kernels): each population's k̂ as importance weights, the reasons
-    scoped to it, the run's k̂ the largest; what the mean would pass, the largest flags."""
-    e = stats.Estimate(0.0, 0.01, "replicates", 0.01, 0.001, 0.0, 100.0, 4 * 4096, 0.55)
-    each = stats.tail_verdict(e, [0.55, 0.38, 0.41, 0.46], 4096, common=False)
-    assert each.status is stats.Status.WARN and each.pareto_k == 0.55
-    assert [(r.code, r.scope) for r in each.reasons] == [("pareto_k_warn", (("population", 1),))]
-    high = stats.tail_verdict(e, [0.2, 0.75, 0.3, 0.8], 4096, common=False)
-    assert high.status is stats.Status.UNRELIABLE and high.log_z_stderr is None
-    assert [r.scope for r in high.reasons] == [(("population", 2),), (("population", 4),)]
-    assert _judged([0.55, 0.38, 0.41, 0.46]).status is stats.Status.OK
-
-
 @pytest.mark.parametrize("k, populations, flagged_at_most, max_rule_at_least", [(0.4, 16, 1, 9), (0.3, 64, 1, 5)])
 def test_the_tail_verdict_of_large_runs_passes_light_tails_the_largest_k_hat_flags(
     k, populations, flagged_at_most, max_rule_at_least

@@ -168,7 +168,8 @@ PILOT_POPULATIONS = 4
 # An `ok` pilot is taken only when it predicts an `ok` final run: its stationarity |z| scaled to the
 # final run's size at most this (the verdict warns above 3: `stats.smc.STATIONARITY_WARN`), and its
 # populations' k̂ predicting that all the final run's stay at or below 0.5 with at least this
-# probability (`pilots.tail_pass_probability`: stricter than the verdict, which judges their mean).
+# probability (`pilots.tail_pass_probability`: stricter than the verdict, which judges their mean;
+# a learning pilot's, that their mean does, `pilots.mean_tail_pass_probability`).
 PILOT_DRIFT_MARGIN = 2.5
 PILOT_TAIL_PASS = 0.8
 # The final run grows to reach max_se by at most this factor over --samples.

@@ -146,8 +146,8 @@ def estimate_populations(
         )
         outputs.append(out)
         callback((j + 1) * population, num_samples)
-    # Adaptive tempering's populations share one tail; trained kernels' are judged each on its own.
-    merged = tail_verdict(merge_runs(estimates), [e.pareto_k for e in estimates], population, common=s.adaptive)
+    # The populations are replicates of one sampler: they share one tail.
+    merged = tail_verdict(merge_runs(estimates), [e.pareto_k for e in estimates], population)
     if not math.isfinite(merged.log_z):
         raise RunFailed(
             f"the SMC log Z estimate is {merged.log_z}: every particle's weight vanished; use more "

@@ -111,7 +111,7 @@ def mixing_stalled(before: Any, after: Any) -> bool:
     return c1 > c0 ** (0.5 * (1 + _gradients(after.effort) / _gradients(before.effort)))
 
 
-def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int) -> tuple[set, str]:
+def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: bool = True) -> tuple[set, str]:
     """Does an `ok` pilot predict an `ok` final run of `n_final` particles? `(codes, why)`: the
     reasons it does not (empty when it does) and a phrase saying so.
 
@@ -120,17 +120,22 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int) -> tupl
     populations give more chances to a k̂ above 0.5 (`tail_pass_probability`, an effort rule stricter
     than the verdict's mean k̂). Each is asked
     with a margin (`PILOT_DRIFT_MARGIN`, `PILOT_TAIL_PASS`) whose false alarms cost one more pilot,
-    never a wrong verdict: the final run earns its own.
+    never a wrong verdict: the final run earns its own. `every=False` asks the tails what the
+    verdict asks (`mean_tail_pass_probability`) instead of the effort's stricter rule: for learned
+    kernels, which have no conditional ESS to raise, and whose alternative is an adaptive final run
+    that fell short (`policy._learn`).
     """
     codes, why = set(), []
     drift = scaled_drift(pilot, n_pilot, n_final)
     if drift is not None and drift > PILOT_DRIFT_MARGIN:
         codes.add("not_at_equilibrium")
         why.append(f"its stationarity z at the final run's {n_final} particles would be {drift:.2g}")
-    passing = tail_pass_probability(pilot, n_final // population, population)
+    chance = tail_pass_probability if every else mean_tail_pass_probability
+    passing = chance(pilot, n_final // population, population)
     if passing is not None and passing < PILOT_TAIL_PASS:
         codes.add("pareto_k_warn")
-        why.append(f"its populations' k̂ give the final run's {n_final // population} a {passing:.0%} chance of all ≤ 0.5")
+        which = "all" if every else "their mean"
+        why.append(f"its populations' k̂ give the final run's {n_final // population} a {passing:.0%} chance of {which} ≤ 0.5")
     return codes, "; ".join(why)
 
 
@@ -164,6 +169,32 @@ def tail_pass_probability(record: Any, populations: int, population: int) -> Opt
     sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(1.0 + 1.0 / count)
     one = 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
     return one ** max(populations, 1)
+
+
+def mean_tail_pass_probability(record: Any, populations: int, population: int) -> Optional[float]:
+    """The chance that the mean k̂ of `populations` new populations of `population` particles stays
+    at or below 0.5, the verdict's rule (`stats.tail_verdict`), from the pilot's populations' k̂
+    (None when it has none finite).
+
+    As in `tail_pass_probability`, one population's k̂ is normal about the true k with sd
+    `s = (1 + k)/√M`, and the true k is estimated by the mean k̄ of the pilot's P values; the final
+    run's mean of J values then has the variance `s² (1/P + 1/J)` about k̄.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> rec = lambda ks: S(smc=({"pareto_k_populations": ks},))
+        >>> ks = rec([0.35, 0.3, 0.45, 0.3])
+        >>> round(mean_tail_pass_probability(ks, 16, 4096), 3), round(tail_pass_probability(ks, 16, 4096), 2)
+        (0.997, 0.24)
+        >>> round(mean_tail_pass_probability(rec([0.5, 0.4, 0.45, 0.45]), 16, 4096), 2)
+        0.8
+    """
+    k = _mean_k(record)
+    if k is None:
+        return None
+    count = len(_tail_ks(record))
+    sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(1.0 / count + 1.0 / max(populations, 1))
+    return 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
 
 
 def scaled_drift(record: Any, n_pilot: int, n_final: int) -> Optional[float]:

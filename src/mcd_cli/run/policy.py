@@ -10,11 +10,13 @@ earns, whatever that is.
 
 Without a time limit the final run has at most `MAX_FINAL_FACTOR` × `--samples` particles; with
 `--time-limit` it grows to `max_se` as far as the time left allows (`_fits`). Where adaptive SMC's
-last pilot is not `ok` (`falls_short`) and the limit leaves time to spare beside the final run
+last pilot is not `ok`, or is `ok` with tails its effort's margin says are too heavy and nothing
+left to raise (`falls_short`), and the limit leaves time to spare beside the final run
 (`learn_seconds`), one more pilot learns MCD kernels, trained as an importance sampler, for part of
 it (`POLICY_LEARNED`, its schedule learned from adaptive SMC's temperatures), and the final run
-uses them instead when that pilot is `ok` (`_learn`); else the final run is the adaptive one chosen
-before.
+uses them instead when that pilot is `ok` and predicts an `ok` final run (`_learn`), sized for the
+standard error the adaptive final run would have had; else the final run is the adaptive one
+chosen before.
 
 Why pilots, not "stop at the first `ok` run": the decision where to stop is made on runs whose
 random numbers the reported estimate does not share, so it selects an effort, never an estimate
@@ -213,6 +215,7 @@ def run_policy(
 
     effort: Optional[Effort] = first_effort(plan)
     final: Optional[tuple[Effort, int]] = None
+    heavy = False  # the last adaptive pilot is `ok` but its tails miss the effort's margin
     try:
         for pilot_index in range(policy.max_pilots):
             n_pilot = PILOT_POPULATIONS * effort.population
@@ -225,13 +228,14 @@ def run_policy(
             stalled = paired and mixing_stalled(stages[-2], stages[-1])
             thin = paired and tails_stalled(stages[-2], stages[-1])
             short = doubling_too_short(pilot)
-            codes, usable, status = _codes(pilot), pilot.status == "ok", pilot.status
+            codes, usable, status, heavy = _codes(pilot), pilot.status == "ok", pilot.status, False
             if usable:  # an `ok` pilot must predict an `ok` final run (`predicts_ok`), of the size it will have
                 n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se, size_cap)
                 n = fitted(effort, n, n_pilot)
                 more, doubt = predicts_ok(pilot, n_pilot, n, effort.population)
                 if more:
                     codes, usable, status = codes | more, False, f"ok, but {doubt}"
+                heavy = "pareto_k_warn" in more  # a tail time to spare may learn for, if this pilot is the last
             next_effort, why = (None, "") if usable else escalate(effort, codes, plan, stalled, thin, short)
             if status.startswith("ok, but") and (next_effort is None or next_effort.trained):
                 # The margin asks for more than adaptive SMC has left to raise: an `ok` pilot is
@@ -253,11 +257,16 @@ def run_policy(
             effort = next_effort
         chosen = stages[-1]  # the pilot whose effort the final run takes
         if final is not None:
-            short = falls_short(chosen)
+            short = falls_short(chosen, heavy)
             learning = learn_seconds(policy, final[0], left() - _predicted(chosen, *final)) if short else None
             if learning is not None:
                 add(f"{short}; time to spare: first MCD kernels learned for at most {learning:.0f} s")
-                learned, n_learned = _learn(plan, policy, final[0], learning, one, decide, add, fitted)
+                se = _final_se(chosen, final[1])
+                learned, n_learned = _learn(plan, policy, final[0], learning, se, one, decide, add, fitted)
+                if learned is not None and _fits(stages[-1], learned, left()) < PILOT_POPULATIONS * learned.population:
+                    # A pilot's worth no longer fits: the adaptive final run, cut to the time, rather than none.
+                    add("no time left for a final run with these kernels: the final run is the adaptive one")
+                    learned = None
                 if learned is not None:
                     final, chosen = (learned, n_learned), stages[-1]
         if final is not None:
@@ -295,13 +304,18 @@ def run_policy(
     return dataclasses.replace(stages[-1].record, policy=account)
 
 
-def falls_short(pilot: Stage) -> str:
-    """Why the adaptive final run at `pilot`'s effort would not give what was asked, its pilot not
-    being `ok`, or "" when it would. (A standard error above `max_se` is not a shortfall that
-    learning is tried for: with a time limit the adaptive final run grows into the time left, and
-    no learning pilot measured beside an `ok` adaptive one was used, and those that were `ok` had 1.2
-    to 6.4 times its variance per second of estimating: docs/method.md, "The default policy", step 4.)"""
-    return "" if pilot.record.status == "ok" else f"adaptive SMC's pilot is {pilot.record.status}"
+def falls_short(pilot: Stage, heavy: bool = False) -> str:
+    """Why the adaptive final run at `pilot`'s effort would not give what was asked, or "" when it
+    would: its pilot is not `ok`, or (`heavy`) it is `ok` but its populations' k̂ miss the effort's
+    margin (`pilots.tail_pass_probability`), with nothing left to raise or the pilots used up: a
+    tail under which adaptive SMC was measured low beyond its standard error (brownian_motion:
+    docs/method.md, "The default policy", step 4). (A standard error above `max_se` is not a
+    shortfall that learning is tried for: with a time limit the adaptive final run grows into the
+    time left, and no learning pilot measured beside an `ok` adaptive one was used, and those that
+    were `ok` had 1.2 to 6.4 times its variance per second of estimating: the same step.)"""
+    if pilot.record.status != "ok":
+        return f"adaptive SMC's pilot is {pilot.record.status}"
+    return "adaptive SMC's pilot is ok, but its tails miss the effort's margin" if heavy else ""
 
 
 def learn_seconds(policy: Policy, effort: Effort, spare: float) -> Optional[float]:
@@ -315,19 +329,30 @@ def learn_seconds(policy: Policy, effort: Effort, spare: float) -> Optional[floa
     return seconds if seconds >= POLICY_LEARN_MIN_SECONDS else None
 
 
+def _final_se(pilot: Stage, n: int) -> Optional[float]:
+    """The standard error a final run of `n` particles at `pilot`'s effort is predicted to have
+    (its SE scaled by √(n_pilot/n)); None when the pilot has none."""
+    se = pilot.record.log_z_stderr
+    return None if se is None else se * math.sqrt(pilot.num_samples / n)
+
+
 def _learn(
-    plan: RunPlan, policy: Policy, adaptive: Effort, seconds: float, one: Callable, decide: Callable, add: Callable,
-    fitted: Callable[[Effort, int, int], int],
+    plan: RunPlan, policy: Policy, adaptive: Effort, seconds: float, adaptive_se: Optional[float], one: Callable,
+    decide: Callable, add: Callable, fitted: Callable[[Effort, int, int], int],
 ) -> tuple[Optional[Effort], int]:
     """A learning pilot: MCD kernels trained (`POLICY_LEARNED`) for at most `seconds`, then
-    estimated like any pilot. Its kernels, and the final size its standard error asks for (bounded
-    by the time left, as the adaptive one's), when it made at least `POLICY_LEARN_MIN_UPDATES`
-    updates and its verdict is `ok` and predicts an `ok` final run (`predicts_ok`), where adaptive
-    SMC's was not (`falls_short`); else `(None, 0)`, and the final run is the adaptive one. Training
-    whose rate says it will not make those updates in `seconds` stops at the end of a chunk after
-    the second (`training.fit`'s `min_updates`, `errors.TooSlow`), and no estimate is made of it.
-    Either way the choice is made before the final run draws a random number, from runs whose
-    numbers it does not share (as every pilot's)."""
+    estimated like any pilot. Its kernels and a final size, or `(None, 0)` and the final run is the
+    adaptive one. The kernels are used when the pilot made at least `POLICY_LEARN_MIN_UPDATES`
+    updates, is `ok` and predicts an `ok` final run (`predicts_ok`, its tails judged by the
+    verdict's own rule: learned kernels have no conditional ESS to raise, and the alternative is an
+    adaptive final run that fell short, `falls_short`). The final size is what the learned pilot's
+    standard error asks for `max_se`, or for `adaptive_se` (the standard error predicted for the
+    adaptive final run they replace) when that is smaller, bounded by the time left as the
+    adaptive run's is: the kernels are taken for a bias under that standard error, and their own
+    must not hide what they remove. Training whose rate says it will not make those updates in
+    `seconds` stops at the end of a chunk after the second (`training.fit`'s `min_updates`,
+    `errors.TooSlow`), and no estimate is made of it. Either way the choice is made before the
+    final run draws a random number, from runs whose numbers it does not share (as every pilot's)."""
     learned = Effort(
         adaptive.moves, adaptive.target_ess, adaptive.population, trained=True, leapfrog=plan.sconf.leapfrog,
         train_seconds=seconds, train_min_updates=POLICY_LEARN_MIN_UPDATES,
@@ -342,9 +367,10 @@ def _learn(
         add(f"learning failed ({err}): the final run is the adaptive one")
         return None, 0
     updates, status = int(getattr(record, "iterations_run", 0)), record.status
-    n, size = final_samples(plan, learned, record.log_z_stderr, n_pilot, policy.max_se, policy.time_limit is None)
+    goal = policy.max_se if adaptive_se is None else min(policy.max_se, adaptive_se)
+    n, size = final_samples(plan, learned, record.log_z_stderr, n_pilot, goal, policy.time_limit is None)
     if status == "ok":
-        more, doubt = predicts_ok(record, n_pilot, fitted(learned, n, n_pilot), learned.population)
+        more, doubt = predicts_ok(record, n_pilot, fitted(learned, n, n_pilot), learned.population, every=False)
         status = f"ok, but {doubt}" if more else status
     why = (
         f"fewer than {POLICY_LEARN_MIN_UPDATES}" if updates < POLICY_LEARN_MIN_UPDATES

@@ -315,15 +315,12 @@ def _common_k(ks: Sequence[float], default: float) -> float:
     return float(np.mean(values)) if values else default
 
 
-def tail_verdict(
-    estimate: Estimate, ks: Sequence[Optional[float]], population: int, common: bool = True
-) -> Estimate:
+def tail_verdict(estimate: Estimate, ks: Sequence[Optional[float]], population: int) -> Estimate:
     """The estimate with the verdict of its populations' final-weight tails: `ks`, their k̂s, each
-    fitted to `population` weights (`tail_values` says how each counts). `common=False` judges
-    each population's k̂ on its own, as importance weights (the largest decides), for samplers
-    whose populations' final k̂ is not shown to stand for their Ẑ's tail: trained kernels, whose
-    large runs at a mean k̂ of 0.45 missed by 2.5 SE (docs/method.md, "The tail of several
-    populations"). The run's k̂ is then the largest; with `common`, the mean.
+    fitted to `population` weights (`tail_values` says how each counts). The run's k̂ is their mean.
+    Adaptive tempering's and trained kernels' populations alike (until session 34 trained kernels
+    were judged by the largest k̂, for large runs whose misses were the bias of their moves' timing:
+    docs/method.md, "The tail of several populations").
 
     One population: its k̂ as for importance weights, above `pareto_k_limit(population)`
     `unreliable` (`pareto_k_high`), above 0.5 `warn` (`pareto_k_warn`). Several: they are P
@@ -349,12 +346,6 @@ def tail_verdict(
         ('unreliable', [('pareto_k_outlier', (('population', 1),))])
     """
     limit = pareto_k_limit(population)
-    if not common and len(ks) > 1:
-        for j, k in enumerate(ks):
-            judged = tail_verdict(estimate, [k], population)
-            for reason in judged.reasons[len(estimate.reasons):]:
-                estimate = _flag(estimate, scoped(reason, "population", j + 1), judged.status)
-        return estimate
     if len(ks) > 1:
         estimate = dataclasses.replace(estimate, pareto_k=_common_k(ks, estimate.pareto_k))
     fitted = [(j, v) for j, k in enumerate(ks) for v in tail_values([k])]
