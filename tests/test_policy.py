@@ -57,9 +57,10 @@ def _plan(**policy) -> run.RunPlan:
     )
 
 
-def _script(*verdicts, seconds=1.0, clock=None):
+def _script(*verdicts, seconds=1.0, clock=None, start=0.0):
     """An `execute_stage` returning the scripted `(status, se, codes)` in turn (a fourth item: the
-    updates a learning pilot made, each taking 0.1 s of the clock), and its calls."""
+    updates a learning pilot made, each taking 0.1 s of the clock, beside `start` seconds of its
+    start that are neither training nor estimating), and its calls."""
     calls = []
 
     def execute_stage(plan, progress):
@@ -67,7 +68,7 @@ def _script(*verdicts, seconds=1.0, clock=None):
         calls.append(plan)
         trained = 0.1 * updates[0] if updates else 0.0
         if clock is not None:
-            clock.now += seconds * plan.num_samples / 8192 + trained
+            clock.now += seconds * plan.num_samples / 8192 + trained + (start if updates else 0.0)
         if status == "interrupt":
             raise Interrupted("stopped", 0, 0)
         if status == "failed":
@@ -636,6 +637,23 @@ def test_learned_kernels_that_leave_no_time_for_their_final_run_give_way_to_the_
     assert "no time left for a final run with these kernels: the final run is the adaptive one" in stages[1]["decision"]
     # Nor is there for the adaptive one: the policy stops, and reports what it has.
     assert len(calls) == 2 and rec.policy["stopped"] == "time_limit"
+
+
+def test_a_learned_final_run_is_sized_by_the_learning_pilots_estimating_time_not_its_start():
+    """A learning pilot's start (the tempered start's run, compilations) is neither training nor
+    estimating, and its final run reuses it: the time a learned final run needs is predicted from
+    the pilot's `estimate_seconds` alone. The pilot trains 2,400 updates (240 s), starts for 30 s
+    and estimates 8,192 particles in 1 s; the 313 s limit then leaves 41 s, which fit the 262,144
+    particles its SE asks for (0.8 · 41 · 8,192 = 268,698), where the pilot's 31 s beside training
+    would fit 8,664, a pilot's worth."""
+    clock = _Clock()
+    warn = ("warn", 0.05, ("pareto_k_warn",))
+    execute_stage, calls = _script(warn, ("ok", 0.2, (), 2400), ("ok", 0.01, ()), clock=clock, start=30.0)
+    rec = pol.run_policy(_plan(time_limit=313.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    final = calls[-1]
+    assert not final.sconf.adaptive and final.train_stage == 1
+    # The learned pilot's SE 0.2 at 8,192 asks 8,192 · (0.2 / 0.0354)² = 262,144 for the adaptive final run's SE.
+    assert final.num_samples == 262144 and "cut to" not in rec.policy["stages"][1]["decision"]
 
 
 def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow():
