@@ -162,13 +162,11 @@ def tail_pass_probability(record: Any, populations: int, population: int) -> Opt
         >>> round(tail_pass_probability(rec([0.35, 0.3, 0.45, 0.3]), 4, 4096), 2)
         0.7
     """
-    k = _mean_k(record)
-    if k is None:
+    tail = _pilot_tail(record, population)
+    if tail is None:
         return None
-    count = len(_tail_ks(record))
-    sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(1.0 + 1.0 / count)
-    one = 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
-    return one ** max(populations, 1)
+    k, sd, count = tail
+    return _below_warn(k, sd * math.sqrt(1.0 + 1.0 / count)) ** max(populations, 1)
 
 
 def mean_tail_pass_probability(record: Any, populations: int, population: int) -> Optional[float]:
@@ -189,11 +187,24 @@ def mean_tail_pass_probability(record: Any, populations: int, population: int) -
         >>> round(mean_tail_pass_probability(rec([0.5, 0.4, 0.45, 0.45]), 16, 4096), 2)
         0.8
     """
+    tail = _pilot_tail(record, population)
+    if tail is None:
+        return None
+    k, sd, count = tail
+    return _below_warn(k, sd * math.sqrt(1.0 / count + 1.0 / max(populations, 1)))
+
+
+def _pilot_tail(record: Any, population: int) -> Optional[tuple[float, float, int]]:
+    """The pilot's populations' mean k̂, the sd of one population's k̂ about the true k,
+    `(1 + k)/√M` with M = `tail_length(population)`, and how many k̂ the mean is of; None without any."""
     k = _mean_k(record)
     if k is None:
         return None
-    count = len(_tail_ks(record))
-    sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(1.0 / count + 1.0 / max(populations, 1))
+    return k, (1.0 + k) / math.sqrt(tail_length(population)), len(_tail_ks(record))
+
+
+def _below_warn(k: float, sd: float) -> float:
+    """The chance that a normal value of mean `k` and sd `sd` is at or below 0.5 (`PARETO_K_WARN`)."""
     return 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
 
 
