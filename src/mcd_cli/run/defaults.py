@@ -137,7 +137,9 @@ POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "res
 # learned from there (`--schedule tempered`: `run.start.tempered_betas`): on the linear schedule the
 # weights degenerated in the last steps (brownian_motion, 1,200 updates, seeds 0, 1, 4: resamplings
 # at steps 22, 41, 51, ..., 63) and one of the pilot's four populations had k̂ 0.53-0.75 (`warn`,
-# `unreliable`, `unreliable`); from the tempered start the largest was 0.41, 0.42, 0.55
+# `unreliable`, `unreliable`); from the tempered start the largest was 0.41, 0.42, 0.55. With ten
+# minutes (6,500 updates) on the linear schedule, 6 of 8 learning pilots were `warn` by the mean of
+# their populations' k̂ and none was used; from the tempered start all 8 were `ok` and 4 were used
 # (docs/method.md, "The default policy", step 4).
 POLICY_LEARNED = {**POLICY_TRAINED, "train_with": "is", "learn_schedule": True, "schedule_start": "tempered"}
 POLICY_LEARN_SHARE = 0.5
