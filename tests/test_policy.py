@@ -443,7 +443,7 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_is_not_ok_and_
     # The one adaptive pilot allowed is `warn`; the learned pilot is `ok`, its SE 0.02 at 8,192.
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("ok", 0.02, (), 600), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     adaptive, learning, final = calls
     # The adaptive pilot took 1 s and predicts 2 s for its final run (16,384 particles: a pilot that
     # is not `ok` does not size it): 397 s to spare, half of it to train.
@@ -465,6 +465,23 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_is_not_ok_and_
     assert "train_seconds" not in stages[0]["effort"] and "learned by importance sampling" in stages[2]["method"]
 
 
+def test_without_learn_the_time_to_spare_is_not_spent_and_the_decision_says_what_learn_would_spend():
+    """The default policy learns nothing: the shortfall and time to spare of the test above give the
+    adaptive final run at once, and its pilot's decision names what `--learn` would have spent."""
+    assert not pol.Policy().learn
+    clock = _Clock()
+    warn = ("warn", 0.05, ("pareto_k_warn",))
+    execute_stage, calls = _script(warn, ("ok", 0.01, ()), clock=clock)
+    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    adaptive, final = calls
+    assert adaptive.sconf.adaptive and final.sconf.adaptive and final.train_seconds is None and final.stage == 1
+    stages = rec.policy["stages"]
+    assert [s["role"] for s in stages] == ["pilot", "final"] and rec.policy["reported_stage"] == 1
+    assert stages[0]["decision"].endswith(
+        "adaptive SMC's pilot is warn; --learn would spend up to 198 s of the time to spare learning MCD kernels"
+    )
+
+
 @pytest.mark.parametrize(
     "learning, why",
     [
@@ -477,7 +494,7 @@ def test_learned_kernels_are_used_only_after_enough_updates_and_an_ok_pilot(lear
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, learning, ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     final = calls[-1]
     # The adaptive final run is the one a run without time to spare would make (the same size).
     assert final.sconf.adaptive and final.train_stage is None and final.num_samples == 16384
@@ -488,7 +505,7 @@ def test_learning_too_slow_to_make_its_updates_stops_early_and_the_final_run_is_
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("slow", None, ()), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     adaptive, learning, final = calls
     # The learning pilot is asked for the updates its kernels need to be used, and stops without an
     # estimate when its rate says it cannot make them: no stage of it, the adaptive final run.
@@ -558,7 +575,7 @@ def test_an_ok_learned_pilot_replaces_an_adaptive_effort_that_is_not_ok():
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("ok", 0.08, (), 900), ("ok", 0.05, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=200.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=200.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     final = calls[-1]
     assert not final.sconf.adaptive and final.train_stage == 1 and final.tconf.iterations == 900
     assert rec.policy["stages"][0]["decision"].endswith("adaptive SMC's pilot is warn; time to spare: first MCD "
@@ -580,7 +597,7 @@ def test_a_learned_pilots_tails_are_judged_by_the_verdicts_rule(ks, used):
         record = execute_stage(plan, progress)
         return dataclasses.replace(record, smc=({"pareto_k_populations": list(ks)},)) if len(calls) == 2 else record
 
-    rec = pol.run_policy(_plan(time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
     final, learned = calls[-1], dataclasses.replace(_Record(0.0, 0.05, "ok", _Combined(())), smc=({"pareto_k_populations": list(ks)},))
     populations = final.num_samples // final.particles
     assert (pilots.mean_tail_pass_probability(learned, populations, final.particles) >= pilots.PILOT_TAIL_PASS) == used
@@ -606,7 +623,7 @@ def test_an_ok_adaptive_pilot_whose_tails_miss_the_margin_is_a_shortfall_to_lear
         ks = adaptive_ks if len(calls) == 1 else (0.35, 0.3, 0.4, 0.33)
         return dataclasses.replace(record, smc=({"pareto_k_populations": list(ks)},))
 
-    rec = pol.run_policy(_plan(time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
     stages = rec.policy["stages"]
     if learns:
         assert [s["role"] for s in stages] == ["pilot", "pilot", "final"] and calls[1].train_seconds > 0
@@ -619,7 +636,7 @@ def test_an_ok_adaptive_pilot_whose_tails_miss_the_margin_is_a_shortfall_to_lear
         assert [s["role"] for s in stages] == ["pilot", "final"] and calls[1].sconf.adaptive
     # Without a time limit nothing is learned, whatever the tails.
     execute_stage, calls = _script(ok, ok)
-    pol.run_policy(_plan(max_pilots=1), run.NoProgress(), with_tails)
+    pol.run_policy(_plan(learn=True, max_pilots=1), run.NoProgress(), with_tails)
     assert len(calls) == 2 and calls[1].sconf.adaptive
 
 
@@ -632,7 +649,7 @@ def test_learned_kernels_that_leave_no_time_for_their_final_run_give_way_to_the_
     # 1 s per 8,192 particles; the learning pilot's 3,975 updates take 397.5 s, and with its 1 s of
     # estimating leave 0.5 s of the 400 s limit: 3,276 particles with the 20 % margin, under 8,192.
     execute_stage, calls = _script(warn, ("ok", 0.02, (), 3975), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     stages = rec.policy["stages"]
     assert "no time left for a final run with these kernels: the final run is the adaptive one" in stages[1]["decision"]
     # Nor is there for the adaptive one: the policy stops, and reports what it has.
@@ -649,7 +666,7 @@ def test_a_learned_final_run_is_sized_by_the_learning_pilots_estimating_time_not
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("ok", 0.2, (), 2400), ("ok", 0.01, ()), clock=clock, start=30.0)
-    rec = pol.run_policy(_plan(time_limit=313.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = pol.run_policy(_plan(learn=True, time_limit=313.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     final = calls[-1]
     assert not final.sconf.adaptive and final.train_stage == 1
     # The learned pilot's SE 0.2 at 8,192 asks 8,192 · (0.2 / 0.0354)² = 262,144 for the adaptive final run's SE.
@@ -659,30 +676,30 @@ def test_a_learned_final_run_is_sized_by_the_learning_pilots_estimating_time_not
 def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow():
     ok, tight = ("ok", 0.05, ()), {"max_se": 0.01}
     execute_stage, calls = _script(ok, ok)
-    pol.run_policy(_plan(**tight), run.NoProgress(), execute_stage)
+    pol.run_policy(_plan(learn=True, **tight), run.NoProgress(), execute_stage)
     assert len(calls) == 2 and calls[1].sconf.adaptive  # no limit: the policy's time is as before
     clock = _Clock()  # adaptive SMC reaches the default max_se: nothing to learn for
     execute_stage, calls = _script(ok, ok, clock=clock)
-    pol.run_policy(_plan(time_limit=600.0), run.NoProgress(), execute_stage, clock=clock)
+    pol.run_policy(_plan(learn=True, time_limit=600.0), run.NoProgress(), execute_stage, clock=clock)
     assert len(calls) == 2 and calls[1].sconf.adaptive
     clock = _Clock()  # a standard error above max_se is grown into the time, not learned for
     execute_stage, calls = _script(ok, ok, clock=clock)
-    pol.run_policy(_plan(time_limit=600.0, max_se=0.001), run.NoProgress(), execute_stage, clock=clock)
+    pol.run_policy(_plan(learn=True, time_limit=600.0, max_se=0.001), run.NoProgress(), execute_stage, clock=clock)
     assert len(calls) == 2 and calls[1].sconf.adaptive
     warn = ("warn", 0.05, ("pareto_k_warn",))
     clock = _Clock()  # 60 s: 57 to spare, 28.5 to train, less than POLICY_LEARN_MIN_SECONDS
     execute_stage, calls = _script(warn, ok, clock=clock)
-    pol.run_policy(_plan(time_limit=60.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    pol.run_policy(_plan(learn=True, time_limit=60.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     assert len(calls) == 2 and calls[1].sconf.adaptive
     clock = _Clock()  # 70 s: 67 to spare, 33.5 to train (400 updates of 0.1 s)
     execute_stage, calls = _script(warn, ("ok", 0.05, (), defaults.POLICY_LEARN_MIN_UPDATES), ok, clock=clock)
-    pol.run_policy(_plan(time_limit=70.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    pol.run_policy(_plan(learn=True, time_limit=70.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
     assert len(calls) == 3 and calls[1].train_seconds == pytest.approx(33.5) and calls[2].train_stage == 1
     # Through a fitted flow the flow alone did better than kernels learned in it.
     clock = _Clock()
     stuck = ("warn", 0.05, ("moves_stuck",))
     execute_stage, calls = _script(stuck, warn, ok, clock=clock)
-    pol.run_policy(_plan(time_limit=600.0, max_pilots=2), run.NoProgress(), execute_stage, clock=clock)
+    pol.run_policy(_plan(learn=True, time_limit=600.0, max_pilots=2), run.NoProgress(), execute_stage, clock=clock)
     assert len(calls) == 3 and calls[2].sconf.init == "flow" and calls[2].sconf.adaptive
 
 
@@ -790,6 +807,12 @@ def test_estimate_without_method_options_runs_the_policy_and_a_seed_reproduces_i
     code, out, err = mcd([*args, "--time-limit", "soon"])
     assert code == 2 and "--time-limit" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
+    # --learn spends the time a limit leaves: without one, or beside a fixed method, it is refused.
+    code, out, err = mcd([*args, "--learn"])
+    assert code == 2 and "--learn" in err and "--time-limit" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    code, out, err = mcd([*args, "--backward", "ais", "--learn"])
+    assert code == 2 and "--learn" in err and "--backward" in err and "Traceback" not in err
 
 
 def test_a_final_run_trains_as_its_pilot_did_and_estimates_with_its_own_keys():
@@ -837,3 +860,5 @@ def test_compare_runs_the_policy_per_model_and_estimate_reproduces_a_model(mcd, 
     # A grid of estimators runs exactly its settings: the policy's options are refused there.
     code, out, err = mcd(["compare", str(gauss_yaml), "--max-se", "0.05"])
     assert code == 2 and "--max-se" in err and "Traceback" not in err
+    code, out, err = mcd(["compare", str(gauss_yaml), "--learn"])
+    assert code == 2 and "--learn" in err and "Traceback" not in err

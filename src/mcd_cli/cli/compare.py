@@ -113,12 +113,12 @@ def compare(ctx: typer.Context, **given: Any) -> None:
         _compare_models(targets, values)
         return
     values["target"] = targets[0] if targets else None
-    for name in ("max_se", "time_limit"):
-        if given.get(name) is not None:
-            raise UsageError(
-                f"--{name.replace('_', '-')} steers the default policy of `mcd compare A B ...`; a grid of estimators "
-                "on one target runs exactly the settings given"
-            )
+    steering = settings.policy_options(given)
+    if steering:
+        raise UsageError(
+            f"--{steering[0].replace('_', '-')} steers the default policy of `mcd compare A B ...`; a grid of "
+            "estimators on one target runs exactly the settings given"
+        )
     if values.get("load") is not None:
         raise UsageError(
             "--load in compare needs several targets (one file per target); for one target use "

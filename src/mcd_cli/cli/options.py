@@ -362,9 +362,14 @@ OPTIONS: dict[str, Any] = {
         str, "--time-limit", panel=RUN,
         help="Wall time the default policy may take, e.g. 90s, 10m, 2h; it stops escalating when the next stage "
         "would not fit and reports the stages that finished; the final run grows towards --max-se as far as the "
-        "time left allows. Where adaptive SMC's pilots end short (not ok, or tails too heavy for its margin), time to "
-        "spare goes to learned MCD kernels, used when their pilot is ok. (default: none; the ladder's length bounds "
-        "the run)",
+        "time left allows. (default: none; the ladder's length bounds the run)",
+    ),
+    "learn": option(
+        bool, "--learn", panel=RUN,
+        help="With --time-limit: where adaptive SMC's pilots end short (not ok, or tails too heavy for its margin), "
+        "spend half the time to spare learning MCD kernels, used when their pilot is ok. Off by default: on "
+        "brownian_motion at ten minutes they were no more accurate than adaptive SMC and less often ok "
+        "(docs/method.md, \"The default policy\").",
     ),
     "debug": option(bool, "--debug", panel=RUN, help="Show the traceback when something fails."),
 }

@@ -144,7 +144,7 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
 
 def policy_or_method(values: dict, names: set) -> None:
     """`values["policy"]`: a `run.Policy` for the commands that take --max-se when no method option
-    was given, else None (and --max-se/--time-limit are refused as having nothing to act on)."""
+    was given, else None (and --max-se/--time-limit/--learn are refused as having nothing to act on)."""
     from mcd_cli import run
 
     if "max_se" not in names:
@@ -155,23 +155,35 @@ def policy_or_method(values: dict, names: set) -> None:
     limit = values.get("time_limit")
     if fixed:
         values["policy"] = None
-        for name in ("max_se", "time_limit"):
-            if values.get(name) is not None:
-                flag = "--" + fixed[0].replace("_", "-")
-                raise UsageError(
-                    f"--{name.replace('_', '-')} steers the default policy, which {flag} turns off (it fixes the "
-                    f"method); drop one"
-                )
+        steering = policy_options(values)
+        if steering:
+            flag = "--" + fixed[0].replace("_", "-")
+            raise UsageError(
+                f"--{steering[0].replace('_', '-')} steers the default policy, which {flag} turns off (it fixes the "
+                f"method); drop one"
+            )
         return
+    if values.get("learn") and limit is None:
+        raise UsageError(
+            "--learn spends the time --time-limit leaves beside adaptive SMC's final run; give a --time-limit "
+            "(e.g. --time-limit 10m)"
+        )
     try:
         seconds = None if limit is None else run.parse_duration(limit)
         values["policy"] = run.Policy(
             max_se=run.DEFAULT_MAX_SE if values.get("max_se") is None else float(values["max_se"]),
             time_limit=seconds,
+            learn=bool(values.get("learn")),
         )
     except ValueError as err:
         flag = "--time-limit" if "duration" in str(err) else "--max-se"
         raise UsageError(f"{flag}: {err}") from None
+
+
+def policy_options(values: dict) -> list:
+    """The options given that steer the default policy: --max-se, --time-limit, --learn."""
+    given = [name for name in ("max_se", "time_limit") if values.get(name) is not None]
+    return given + (["learn"] if values.get("learn") else [])
 
 
 def estimation_defaults(values: dict, names: set) -> None:

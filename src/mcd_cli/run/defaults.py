@@ -111,7 +111,10 @@ POLICY_START = {"backward": "ais", "iterations": 0, "adaptive": True, "resample"
                 "refine": SMC_REFINE, "refine_steps": ADAPTIVE_REFINE_STEPS, "target_ess": 0.5}
 POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "resample": SMC_RESAMPLE,
                   "refine": SMC_REFINE, "refine_steps": SMC_REFINE_STEPS, "target_ess": 0.5}
-# With a --time-limit, where adaptive SMC's last pilot is not `ok` and the limit leaves time beside
+# With a --time-limit and --learn (`Policy.learn`, off by default since session 36: over 20 seeds of
+# brownian_motion at ten minutes the learned final runs were not measurably closer to the truth
+# than the adaptive ones, RMSE 0.024 against 0.029 where used, and 2 of 7 were `unreliable`, at 16
+# times the wall time), where adaptive SMC's last pilot is not `ok` and the limit leaves time beside
 # the final run, the policy spends POLICY_LEARN_SHARE of that time (at least
 # POLICY_LEARN_MIN_SECONDS, at most POLICY_LEARN_MAX_ITERATIONS updates) learning MCD kernels
 # (`POLICY_LEARNED`: trained by the clock as an importance sampler, `train_with="is"`) in a pilot
@@ -128,7 +131,8 @@ POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "res
 # untrained SMC on brownian_motion and many_well at 3 and 10 minutes (RMSE 0.008-0.019 against
 # 0.029-0.054) and on the funnel (0.255-0.264 against 0.400-0.403), where training with SMC in the
 # loop got worse with longer training (brownian_motion 0.029 at 3 minutes, 0.052 at 10) and blew
-# up at one seed of five on many_well (+7.6 at 10). Both modes lost at d = 200 after 150-250
+# up at one seed of five on many_well (+7.6 at 10; with the moves planned, session 36, the
+# ten-minute learned-smc arms gave 0.022, 0.010 and 0.223 on the three targets). Both modes lost at d = 200 after 150-250
 # updates (gauss_narrow 14-35 nats low, gmm8 errors up to 4 nats, against 0.07 and 0.7 untrained);
 # inside the policy, against its raised efforts, the learned kernels had about twice the variance
 # per second (docs/method.md, "The default policy", step 4). Not through a fitted flow, where the

@@ -445,7 +445,7 @@ def _with_policy(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], pr
     run, tally = one(effort, n, False, on_datum)
     stages[-1]["decision"] = "reported"
     account = {
-        "max_se": policy.max_se, "time_limit": None, "stopped": "plan", "reported_stage": len(stages) - 1,
-        "seconds": round(time.monotonic() - began, 3), "stages": stages,
+        "max_se": policy.max_se, "time_limit": None, "learn": False, "stopped": "plan",
+        "reported_stage": len(stages) - 1, "seconds": round(time.monotonic() - began, 3), "stages": stages,
     }
     return dataclasses.replace(_data_record(run, tally), policy=account)

@@ -11,12 +11,15 @@ earns, whatever that is.
 Without a time limit the final run has at most `MAX_FINAL_FACTOR` × `--samples` particles; with
 `--time-limit` it grows to `max_se` as far as the time left allows (`_fits`). Where adaptive SMC's
 last pilot is not `ok`, or is `ok` with tails its effort's margin says are too heavy and nothing
-left to raise (`falls_short`), and the limit leaves time to spare beside the final run
-(`learn_seconds`), one more pilot learns MCD kernels, trained as an importance sampler, for part of
-it (`POLICY_LEARNED`, its schedule learned from adaptive SMC's temperatures), and the final run
-uses them instead when that pilot is `ok` and predicts an `ok` final run (`_learn`), sized for the
-standard error the adaptive final run would have had; else the final run is the adaptive one
-chosen before.
+left to raise (`falls_short`), the limit leaves time to spare beside the final run
+(`learn_seconds`) and `learn` asks for it, one more pilot learns MCD kernels, trained as an
+importance sampler, for part of it (`POLICY_LEARNED`, its schedule learned from adaptive SMC's
+temperatures), and the final run uses them instead when that pilot is `ok` and predicts an `ok`
+final run (`_learn`), sized for the standard error the adaptive final run would have had; else the
+final run is the adaptive one chosen before. `learn` is off by default: on brownian_motion at ten
+minutes (20 seeds) the learned final runs were not measurably more accurate than the adaptive ones
+they replaced and less often `ok`, at 16 times the wall time (docs/method.md, "The default
+policy", step 4).
 
 Why pilots, not "stop at the first `ok` run": the decision where to stop is made on runs whose
 random numbers the reported estimate does not share, so it selects an effort, never an estimate
@@ -74,11 +77,15 @@ class Policy:
         max_se: the standard error (nats) the final run is sized to reach.
         time_limit: seconds the whole run may take (None: no limit; `max_pilots` bounds it).
         max_pilots: pilots before the final run.
+        learn: with a time limit, spend time to spare on learned MCD kernels where adaptive SMC's
+            pilots end short (`falls_short`, `learn_seconds`); off by default (see the module's
+            docstring).
     """
 
     max_se: float = DEFAULT_MAX_SE
     time_limit: Optional[float] = None
     max_pilots: int = POLICY_MAX_PILOTS
+    learn: bool = False
 
     def __post_init__(self):
         if not (self.max_se > 0 and math.isfinite(self.max_se)):
@@ -259,6 +266,9 @@ def run_policy(
         if final is not None:
             short = falls_short(chosen, heavy)
             learning = learn_seconds(policy, final[0], left() - _predicted(chosen, *final)) if short else None
+            if learning is not None and not policy.learn:
+                add(f"{short}; --learn would spend up to {learning:.0f} s of the time to spare learning MCD kernels")
+                learning = None
             if learning is not None:
                 add(f"{short}; time to spare: first MCD kernels learned for at most {learning:.0f} s")
                 se = _final_se(chosen, final[1])
@@ -296,6 +306,7 @@ def run_policy(
     account = {
         "max_se": policy.max_se,
         "time_limit": policy.time_limit,
+        "learn": policy.learn,
         "stopped": stopped,
         "reported_stage": stages[-1].index,
         "seconds": round(clock() - began, 3),
@@ -322,7 +333,8 @@ def learn_seconds(policy: Policy, effort: Effort, spare: float) -> Optional[floa
     """Seconds a learning pilot may train (`POLICY_LEARN_SHARE` of `spare`, the time the limit leaves
     beside the adaptive final run at `effort`), or None: no time limit, an effort already trained or
     transported by a flow (where the flow alone did better than learning in it), or less than
-    `POLICY_LEARN_MIN_SECONDS` to train."""
+    `POLICY_LEARN_MIN_SECONDS` to train. (Whether `policy.learn` spends them is the caller's: without
+    it the decision names what `--learn` would spend.)"""
     if policy.time_limit is None or effort.trained or effort.transport or not math.isfinite(spare):
         return None
     seconds = POLICY_LEARN_SHARE * spare
