@@ -368,7 +368,7 @@ OPTIONS: dict[str, Any] = {
         bool, "--learn", panel=RUN,
         help="With --time-limit: where adaptive SMC's pilots end short (not ok, or tails too heavy for its margin), "
         "spend half the time to spare learning MCD kernels, used when their pilot is ok. Off by default: on "
-        "brownian_motion at ten minutes they were no more accurate than adaptive SMC and less often ok "
+        "brownian_motion at ten minutes they were not measurably more accurate than adaptive SMC and less often ok "
         "(docs/method.md, \"The default policy\").",
     ),
     "debug": option(bool, "--debug", panel=RUN, help="Show the traceback when something fails."),

@@ -132,9 +132,9 @@ POLICY_TRAINED = {"backward": "mcd", "iterations": 1000, "adaptive": False, "res
 # 0.029-0.054) and on the funnel (0.255-0.264 against 0.400-0.403), where training with SMC in the
 # loop got worse with longer training (brownian_motion 0.029 at 3 minutes, 0.052 at 10) and blew
 # up at one seed of five on many_well (+7.6 at 10; with the moves planned, session 36, the
-# ten-minute learned-smc arms gave 0.022, 0.010 and 0.223 on the three targets). Both modes lost at d = 200 after 150-250
-# updates (gauss_narrow 14-35 nats low, gmm8 errors up to 4 nats, against 0.07 and 0.7 untrained);
-# inside the policy, against its raised efforts, the learned kernels had about twice the variance
+# ten-minute learned-smc arms gave 0.022, 0.010 and 0.223 on the three targets). Both modes lost
+# at d = 200 after 150-250 updates (gauss_narrow 14-35 nats low, gmm8 errors up to 4 nats, against
+# 0.07 and 0.7 untrained); inside the policy, against its raised efforts, the learned kernels had about twice the variance
 # per second (docs/method.md, "The default policy", step 4). Not through a fitted flow, where the
 # flow alone did better (0.003-0.018 against 0.012-0.027).
 # The learned kernels' schedule starts where adaptive tempered SMC put its temperatures and is
