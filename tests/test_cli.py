@@ -193,15 +193,19 @@ def test_config_file_can_name_the_target_and_a_preset(mcd, gauss_yaml, tmp_path)
 def test_config_file_sets_a_sampler_field_without_an_option(mcd, gauss_yaml, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("score_linear: true\nlearn_backward_variance: true\ntime_dim: 8\n")
-    code, out, err = mcd(["estimate", gauss_yaml, "--config", config, "--dry-run", "--json"])
+    code, out, err = mcd(["estimate", gauss_yaml, "--config", config, "--steps", "8", "--dry-run", "--json"])
     assert code == 0, err
     (plan,) = records(out)
     assert plan["sampler_config"]["score_linear"] is True and plan["sampler_config"]["time_dim"] == 8
     assert plan["sampler_config"]["learn_backward_variance"] is True
     # A bad value is named by its key (it has no option), in one line.
     config.write_text('score_linear: "no"\n')
-    code, _, err = mcd(["estimate", gauss_yaml, "--config", config, "--dry-run"])
+    code, _, err = mcd(["estimate", gauss_yaml, "--config", config, "--steps", "8", "--dry-run"])
     assert code == 2 and "'score_linear' (a --config key) must be true or false" in one_line_error(err)
+    # Without kernels to train (the default policy) the training's keys would be dropped: refused.
+    config.write_text("time_dim: 8\n")
+    code, _, err = mcd(["estimate", gauss_yaml, "--config", config, "--dry-run"])
+    assert code == 2 and "'time_dim' (a --config key) sets the training of MCD kernels" in one_line_error(err)
 
 
 @pytest.mark.parametrize(
@@ -344,14 +348,22 @@ def test_load_rejects_files_that_do_not_fit(mcd, gauss_yaml, tmp_path):
 def test_dry_run_checks_without_running(mcd, gauss_yaml):
     code, out, err = mcd(["estimate", gauss_yaml, "--dry-run"])
     assert code == 0, err
-    assert out.startswith("ok: ULA-MCD+SMC K=")  # the command line estimates by SMC by default
+    # No method option: the default policy, which trains nothing, and says so.
+    assert out.startswith("ok: the default policy on tiny_gauss (d = 2): pilots of adaptive SMC") and "no training" in out
+    code, out, err = mcd(["estimate", gauss_yaml, "--dry-run", "--steps", "8"])
+    assert code == 0, err
+    assert out.startswith("ok: ULA-MCD+SMC K=8 on tiny_gauss (d = 2), 1000 iterations")  # the kernels named: trained, in SMC
     code, out, err = mcd(["estimate", gauss_yaml, "--dry-run", "--resample", "0"])
     assert code == 0, err
     assert out.startswith("ok: ULA-MCD K=")
+    code, out, err = mcd(["estimate", gauss_yaml, "--dry-run", "--schedule", "adaptive"])
+    assert code == 0, err
+    assert out.startswith("ok: SMC-HMC on tiny_gauss (d = 2): adaptive tempered SMC, 15 HMC moves of 3 leapfrog")
+    assert "K=" not in out and "iterations" not in out
 
 
 def test_a_score_network_narrower_than_the_target_is_warned_before_training(mcd, gauss_yaml):
-    args = ["estimate", "gmm8", "--param", "dim=40", "--dry-run"]
+    args = ["estimate", "gmm8", "--param", "dim=40", "--steps", "8", "--dry-run"]
     code, out, err = mcd([*args, "--hidden", "32"])
     assert code == 0, err
     assert err.splitlines() == [
@@ -375,7 +387,7 @@ def test_the_default_score_width_follows_the_dimension(mcd):
     assert hidden("estimate", "gmm8", "--param", "dim=40") == {64}
     assert hidden("compare", "gmm8", "--param", "dim=200", "--sampler", "ula,uha") == {224}
     assert hidden("estimate", "gmm8", "--param", "dim=40", "--preset", "paper") == {512}
-    assert hidden("estimate", "gmm8", "--param", "dim=40", "--hidden", "48") == {48}
+    assert hidden("estimate", "gmm8", "--param", "dim=40", "--steps", "8", "--hidden", "48") == {48}
 
 
 def test_x64_runs_in_float64_and_restores(mcd, gauss_yaml):

@@ -28,7 +28,8 @@ def test_adaptive_tempered_smc_end_to_end(mcd, gauss_yaml):
     # from a population of their own: no adaptive bias, tests/test_replay.py).
     assert abs(rec["error"]) < 4 * rec["log_z_stderr"]
     smc = rec["smc"]
-    k = rec["steps"]
+    k = rec["temperatures"]
+    assert rec["steps"] is None and rec["sampler"] is None and rec["backward"] is None
     assert smc["steps"] == [k] and len(smc["beta"]) == k and smc["beta"][-1] == 1.0
     assert all(0 < b for b in smc["beta"]) and smc["beta"] == sorted(smc["beta"])
     assert 0.0 < smc["mean_acceptance"] < 1.0 and smc["refine_every"] == "step"

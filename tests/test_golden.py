@@ -3,7 +3,7 @@
 Each case reruns `mcd ... --json` and compares every field of every record, except those that
 depend on the machine, the time or the path, with the golden record: floats to 1e-5 (relative or
 absolute), and the statistics fitted to the weights' tail or to a trend (`pareto_k*`,
-`stationarity_*`), which magnify float32 rounding, to 1e-4 absolute; everything else exactly. The
+`stationarity_*`), which magnify float32 rounding, to 1e-3 absolute (`FITTED_TOL`); everything else exactly. The
 runs are deterministic on one machine, but XLA's CPU code differs between processors (AVX-512 or
 not, FMA contraction): between an Intel Xeon and an AMD EPYC log Ẑ moved by at most 5e-7 and a
 Pareto k̂ by 4e-6. Different random numbers, or a changed algorithm, move log Ẑ by a standard error
@@ -35,10 +35,26 @@ GOLDEN = Path(__file__).parent / "golden" / "records.jsonl"
 CASES = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
 NEW_FIELDS = {
     "reason_codes", "policy", "checkpoint_failures", "pareto_k_populations", "train_with", "refine_tuning", "schedule_start",
-    "stuck_particles", "pareto_k_pooled",
+    "stuck_particles", "pareto_k_pooled", "method", "moves", "temperatures",
 }
+
+
+def as_schema_3(record: dict) -> dict:
+    """A golden record of schema version 2 as version 3 writes the same run (docs/json.md): an
+    adaptive tempered SMC run names no forward kernel, backward kernel or K it did not run (null),
+    and its config has no `sampler` or `steps`. Every number is as before."""
+    record = dict(record, schema_version=3) if "schema_version" in record else dict(record)
+    if record.get("schedule") == "adaptive":
+        record.update(sampler=None, backward=None, steps=None)
+        record["config"] = {k: v for k, v in record["config"].items() if k not in ("sampler", "steps")}
+    elif record.get("record") == "summary" and record["steps"] is None:
+        record.update(sampler=None, backward=None)
+    return record
 # Statistics fitted to the tail of the weights or to a trend across steps: they magnify rounding.
+# smc_ula_mcd's stationarity_z moved by 1.8e-4 between the AMD EPYC that made it and an Intel Xeon
+# (session 37, both at optimisation level 0); other random numbers move it by tenths.
 FITTED = ("pareto_k", "stationarity_")
+FITTED_TOL = 1e-3
 
 
 def assert_same(new, old, where="record"):
@@ -55,7 +71,7 @@ def assert_same(new, old, where="record"):
             assert_same(a, b, f"{where}[{i}]")
     elif isinstance(old, float) and not isinstance(new, bool):
         fitted = any(name in where for name in FITTED)
-        tolerance = dict(rel_tol=0.0, abs_tol=1e-4) if fitted else dict(rel_tol=1e-5, abs_tol=1e-5)
+        tolerance = dict(rel_tol=0.0, abs_tol=FITTED_TOL) if fitted else dict(rel_tol=1e-5, abs_tol=1e-5)
         assert isinstance(new, (int, float)) and math.isclose(new, old, **tolerance), (
             f"{where}: {new!r} != {old!r}"
         )
@@ -76,7 +92,7 @@ def test_golden_record(case, tmp_path):
     records = run_case(case["args"], tmp_path)
     assert len(records) == len(case["records"])
     for new, old in zip(records, case["records"]):
-        assert_same(comparable(new), comparable(old))
+        assert_same(comparable(new), comparable(as_schema_3(old)))
         smc = new.get("smc") or {}
         if smc.get("pareto_k_populations"):  # the pooled k̂ is recorded beside the populations'
             assert isinstance(smc["pareto_k_pooled"], float), smc.get("pareto_k_pooled")

@@ -108,7 +108,7 @@ def run_mcd(target, args, seed: int) -> dict:
     return {"log_z": rec["log_z"], "error": rec["error"], "stderr": rec["log_z_stderr"],
             "stderr_method": rec["log_z_stderr_method"], "status": rec["status"], "reasons": rec["reasons"],
             "stationarity_z": rec["smc"].get("stationarity_z"),
-            "steps": rec["steps"], "resamplings": rec["smc"]["resamplings"][0],
+            "steps": rec["temperatures"], "resamplings": rec["smc"]["resamplings"][0],
             "mean_acceptance": rec["smc"]["mean_acceptance"], "seconds": seconds}
 
 

@@ -7,6 +7,7 @@ Both are frozen, hashable dataclasses so that a `SamplerConfig` can be a static 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 
 MAX_DEFAULT_HIDDEN = 512
@@ -196,6 +197,24 @@ class SamplerConfig:
     def smc(self) -> bool:
         """Whether the estimate is made by SMC (resampling, refinement or adaptive tempering)."""
         return self.resample > 0.0 or self.refine != "none" or self.adaptive
+
+    @property
+    def method(self) -> str:
+        """What estimates: "adaptive tempered SMC" (no annealing kernels run: the refinement moves
+        carry the particles), "SMC" (the annealing kernels inside SMC) or "importance sampling"."""
+        if self.adaptive:
+            return "adaptive tempered SMC"
+        return "SMC" if self.smc else "importance sampling"
+
+    @property
+    def moves(self) -> Optional[dict]:
+        """The Metropolis-corrected moves SMC runs (`refine`), per temperature with adaptive tempering,
+        else after each resampling (or step, `refine_every`); None without."""
+        if self.refine == "none":
+            return None
+        every = "temperature" if self.adaptive else self.refine_every
+        moves = {"kernel": self.refine, "moves": int(self.refine_steps), "every": every}
+        return moves | ({"leapfrog": int(self.leapfrog)} if self.refine == "hmc" else {})
 
     @property
     def schedule(self) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from mcd_cli.errors import UsageError
+from mcd_cli.report.format import method_name
 
 FORMATS = (".png", ".svg", ".pdf")
 SMC_PANELS = (("ess", "ESS"), ("beta", "β"), ("acceptance", "acceptance rate"))
@@ -187,7 +188,7 @@ def compare_figure(
     Estimates without a valid standard error (verdict unreliable) are drawn hollow, without a bar.
     """
     plt = require()
-    names = list(names) if names is not None else [f"{r['label']} K={r['steps']}" for r in records]
+    names = list(names) if names is not None else [method_name(r) for r in records]
     fig, ax = plt.subplots(figsize=(8, 1.6 + 0.6 * len(records)), layout="constrained")
     y = np.arange(len(records))[::-1]
     colours = {"ok": "C2", "warn": "C1", "unreliable": "C3"}

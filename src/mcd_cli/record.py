@@ -26,7 +26,7 @@ from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.messages import advice, code_dicts, texts
 from mcd_cli.stats import Combined, DataSummary, Estimate, Reason, WeightSummary, pareto_k_limit
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def finite(value: Any) -> Optional[float]:
@@ -201,6 +201,12 @@ class RunRecord:
         return sum(values) / len(values) if values else None
 
     @property
+    def temperatures(self) -> Optional[int]:
+        """Adaptive tempering: the most temperatures any population took (each one's: `smc.steps`)."""
+        steps = [k for d in self.smc for k in d["steps"]]
+        return int(max(steps)) if self.sampler.adaptive and steps else None
+
+    @property
     def error(self) -> Optional[float]:
         return None if self.target.log_z is None else self.log_z - self.target.log_z
 
@@ -210,8 +216,8 @@ class RunRecord:
         out: dict = {"target": self.target.spec or self.target.path, "param": param}
         out.update({k: v for k, v in (("model", self.target.model), ("data", self.target.data)) if v is not None})
         out.update(dataclasses.asdict(self.sampler))
-        if self.sampler.adaptive:
-            del out["steps"]  # an outcome of adaptive tempering, which refuses --steps
+        if self.sampler.adaptive:  # no forward kernels run (the moves' reversal is `ais`); their number is an outcome
+            del out["sampler"], out["steps"]
         out.update(dataclasses.asdict(self.training))
         out.update(samples=self.num_samples, seed=self.seed, repeats=self.repeats, x64=self.x64)
         if self.loaded_from is not None:
@@ -259,9 +265,12 @@ class RunRecord:
             "target_path": self.target.path,
             "target_sha256": self.target.sha256,
             "label": self.label,
-            "sampler": s.sampler,
-            "backward": s.backward,
-            "steps": int(self.smc[0]["steps"][0]) if s.adaptive and self.smc else int(s.steps),
+            "method": s.method,
+            "sampler": None if s.adaptive else s.sampler,
+            "backward": None if s.adaptive else s.backward,
+            "steps": None if s.adaptive else int(s.steps),
+            "temperatures": self.temperatures,
+            "moves": s.moves,
             "schedule": s.schedule,
             "log_z": finite(self.log_z),
             "log_z_stderr": finite(self.log_z_stderr),
@@ -458,8 +467,9 @@ class DataRecord:
         s, t, c = self.sampler, self.training, self.counts
         return {
             "record": "summary", "schema_version": SCHEMA_VERSION, "target": self.target.name, "dim": self.target.dim,
-            "target_info": dataclasses.asdict(self.target), "label": s.label, "sampler": s.sampler,
-            "backward": s.backward, "steps": None if s.adaptive else s.steps, "amortise": bool(self.amortise),
+            "target_info": dataclasses.asdict(self.target), "label": s.label, "method": s.method,
+            "sampler": None if s.adaptive else s.sampler, "backward": None if s.adaptive else s.backward,
+            "steps": None if s.adaptive else s.steps, "moves": s.moves, "amortise": bool(self.amortise),
             "data_index": list(self.data_index), "num_data": self.num_data,
             "num_estimated": self.summary.num_data, "mean_log_z": finite(self.summary.mean),
             "mc_stderr": finite(self.summary.mc_stderr), "data_stderr": finite(self.summary.data_stderr),

@@ -88,6 +88,7 @@ def _plan(values: dict, loaded: settings.LoadedTarget) -> run.RunPlan:
         values, "steps", "batch_size", "samples", "repeats", "hidden", "refine_steps", "leapfrog", "max_steps"
     )
     _schedule(values)
+    settings.adaptive_kernels(values)
     saved = None
     if values.get("load") is not None:
         saved = run.read_saved(values["load"], loaded.target)
@@ -121,6 +122,7 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
     """A conditional target: one JSON line per datum (stdout with --json, and --output), then the summary."""
     settings.positive(values, "steps", "batch_size", "samples", "hidden", "refine_steps", "leapfrog", "max_steps")
     _schedule(values)
+    settings.adaptive_kernels(values)
     for name, flag in _NOT_PER_DATUM.items():
         if values.get(name) is not None:
             raise UsageError(f"{flag} is not available for a conditional target (one estimate per datum); drop it")

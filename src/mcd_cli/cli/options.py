@@ -122,13 +122,19 @@ OPTIONS: dict[str, Any] = {
     # Sampler ------------------------------------------------------------------------------------
     "sampler": option(
         Sampler, "--sampler", "-s", panel=SAMPLER,
-        help=f"Forward kernel: ula (Langevin) or uha (Hamiltonian). (default: {_S.sampler})",
+        help="Forward kernel of the paper's MCD: ula (Langevin) or uha (Hamiltonian). With it or --steps the run "
+        "trains MCD kernels (--backward mcd unless given) and estimates with them inside SMC. "
+        f"(default: {_S.sampler} when the method is fixed)",
     ),
     "backward": option(
         Backward, "--backward", "-B", panel=SAMPLER,
-        help=f"Backward kernel: mcd (learned score) or ais. (default: {_S.backward})",
+        help="Backward kernel: mcd (learned score) or ais (the forward kernel's reversal, untrained). "
+        f"(default: {_S.backward} when the method is fixed)",
     ),
-    "steps": option(int, "--steps", "-K", panel=SAMPLER, help=f"Annealing steps K. (default: {_S.steps})"),
+    "steps": option(
+        int, "--steps", "-K", panel=SAMPLER,
+        help=f"Annealing steps K of the forward kernels (--sampler). (default: {_S.steps} when the method is fixed)",
+    ),
     "hidden": option(
         int, "--hidden", panel=SAMPLER,
         help="Width d_h of the score network (MCD); keep it at least the target's dimension. (default: the dimension "
@@ -376,13 +382,17 @@ OPTIONS: dict[str, Any] = {
 
 
 # Options that choose the estimation method: any of them given (by flag, --config or --preset) fixes
-# the method and turns `mcd estimate`'s default policy off (`run.policy`); sizes (--samples, --steps,
-# --seed) do not. Their help says so.
+# the method and turns `mcd estimate`'s default policy off (`run.policy`); sizes (--samples,
+# --particles, --seed) do not. Naming the paper's kernels (--sampler, --steps) runs them, trained.
+# Their help says so.
 METHOD_OPTIONS = (
-    "backward", "iterations", "max_iterations", "resample", "refine", "refine_steps", "schedule", "learn_schedule",
+    "sampler", "steps", "backward", "iterations", "max_iterations", "resample", "refine", "refine_steps", "schedule", "learn_schedule",
     "target_ess", "load", "stage", "train_stage", "train_with", "refine_tuning",
 )
 _FIXES = "Giving it fixes the method: no default policy."
+# Options of the kernels' training that the default policy, which trains nothing, has no use for:
+# refused beside it (with --learn, whose learning pilot trains kernels, all but --save are used).
+TRAINING_ONLY = ("hidden", "step_size", "unroll", "loss", "batch_size", "lr", "remat", "save")
 
 
 def _says_it_fixes_the_method(name: str) -> None:

@@ -52,7 +52,7 @@ def strict(values: dict, records: list[dict]) -> None:
         raise typer.Exit(130)
     bad = [r for r in records if r.get("status") == "unreliable"]
     if values.get("strict") and bad:
-        names = ", ".join(f"{r['label']} K={r['steps']}" for r in bad)
+        names = ", ".join(report.method_name(r) for r in bad)
         raise Unreliable(f"unreliable estimate under --strict ({names}): {bad[0]['advice']}")
 
 
@@ -193,8 +193,28 @@ def dry_run(plans: list[RunPlan], values: dict) -> None:
             print(json.dumps(row))
         return
     for plan, row in zip(plans, rows):
-        print(
-            f"ok: {plan.sconf.label} K={plan.sconf.steps} on {plan.target.name} (d = {plan.target.dim}), "
-            f"{plan.tconf.iterations} iterations × batch {plan.tconf.batch_size}, {plan.num_samples} samples, "
-            f"{plan.repeats} repeat(s); about {format_bytes(row['memory_bytes'])} of memory"
+        print(f"ok: {_would_run(plan)}; about {format_bytes(row['memory_bytes'])} of memory")
+
+
+def _would_run(plan: RunPlan) -> str:
+    """What `plan` would run, in one line: the default policy's first stage and its bound, adaptive
+    tempered SMC's moves, or the annealing kernels with their K and training."""
+    where = f"on {plan.target.name} (d = {plan.target.dim})"
+    if plan.policy is not None:
+        from mcd_cli.run import PILOT_POPULATIONS, first_effort
+
+        effort, policy = first_effort(plan), plan.policy
+        bound = f"within {policy.time_limit:g} s" if policy.time_limit is not None else f"at most {policy.max_pilots} pilots"
+        return (
+            f"the default policy {where}: pilots of {effort.describe()} ({PILOT_POPULATIONS} populations each, "
+            f"{bound}) choose the effort, then a final run of at least {plan.num_samples} samples sized for an SE of "
+            f"at most {policy.max_se:g}; "
+            + ("MCD kernels learned in the time to spare where the pilots end short" if policy.learn else "no training")
         )
+    runs = f"{plan.num_samples} samples, {plan.repeats} repeat(s)"
+    if plan.sconf.adaptive:
+        return f"{plan.sconf.label} {where}: adaptive tempered SMC, {report.moves_text(plan.sconf.moves)}, {runs}"
+    return (
+        f"{plan.sconf.label} K={plan.sconf.steps} {where}, {plan.tconf.iterations} iterations × batch "
+        f"{plan.tconf.batch_size}, {runs}"
+    )

@@ -22,7 +22,7 @@ import yaml
 
 from mcd_cli import devices, safeyaml
 from mcd_cli.cli.app import one_line
-from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY, METHOD_OPTIONS
+from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY, METHOD_OPTIONS, TRAINING_ONLY
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for
 from mcd_cli.errors import UsageError
 from mcd_cli.run import RunPlan, method_defaults
@@ -150,7 +150,8 @@ def policy_or_method(values: dict, names: set) -> None:
     if "max_se" not in names:
         return
     # `adaptive` is the --config key of --schedule adaptive; --amortise and --separate both choose training.
-    fixed = [n for n in (*METHOD_OPTIONS, "adaptive") if values.get(n) not in (None, False)]
+    # `is not`, not `in`: --resample 0 (importance sampling) is a method too, though 0 == False.
+    fixed = [n for n in (*METHOD_OPTIONS, "adaptive") if values.get(n) is not None and values.get(n) is not False]
     fixed += ["amortise"] if values.get("amortise") is not None else []
     limit = values.get("time_limit")
     if fixed:
@@ -168,6 +169,15 @@ def policy_or_method(values: dict, names: set) -> None:
             "--learn spends the time --time-limit leaves beside adaptive SMC's final run; give a --time-limit "
             "(e.g. --time-limit 10m)"
         )
+    idle = training_only(values, names)
+    if idle:
+        what = "writes trained MCD kernels, which the default policy does not make" if idle == "--save" else (
+            "sets the training of MCD kernels, which the default policy does not do"
+        )
+        raise UsageError(
+            f"{idle} {what} (its adaptive SMC trains nothing); name the kernels to train them (e.g. --sampler uha "
+            "--steps 64) or drop it"
+        )
     try:
         seconds = None if limit is None else run.parse_duration(limit)
         values["policy"] = run.Policy(
@@ -178,6 +188,47 @@ def policy_or_method(values: dict, names: set) -> None:
     except ValueError as err:
         flag = "--time-limit" if "duration" in str(err) else "--max-se"
         raise UsageError(f"{flag}: {err}") from None
+
+
+# The --config keys of the kernels and their training that are no option of their own.
+_TRAINING_FIELDS = frozenset(
+    {"time_dim", "blocks", "learn_mass", "init_step_size", "max_step_size", "init_damping", "score_linear",
+     "learn_backward_variance", "schedule_start", "stop", "plateau_window", "chunk", "objective", "clip_norm",
+     "max_bad_steps", "max_recoveries", "snapshot_every", "batch_backward"}
+)
+
+
+def training_only(values: dict, names: set) -> Optional[str]:
+    """The first option (as its flag, or its --config key) given that only the training of MCD
+    kernels reads, which a default-policy run would drop; None when there is none. With --learn the
+    policy's learning pilot trains kernels and reads them all but --save."""
+    flags = [n for n in TRAINING_ONLY if n in names and values.get(n) is not None]
+    keys = sorted(n for n in _TRAINING_FIELDS - names if values.get(n) is not None)
+    if values.get("learn"):
+        flags, keys = [n for n in flags if n == "save"], []
+    if flags:
+        return "--" + flags[0].replace("_", "-")
+    return f"'{keys[0]}' (a --config key)" if keys else None
+
+
+def adaptive_kernels(values: dict) -> None:
+    """Adaptive tempered SMC moves the particles by its refinement moves alone, whose reversal is its
+    backward kernel: a forward kernel (--sampler) or learned backward kernels (--backward mcd) named
+    beside it (flag or --config key) would not run, so they are refused; `backward` becomes "ais"."""
+    if not values.get("adaptive"):
+        return
+    moves = f"--refine {values.get('refine') or 'hmc'}"
+    if values.get("sampler") is not None:
+        raise UsageError(
+            f"--sampler names the forward kernel of the annealed path, which --schedule adaptive does not run (its "
+            f"moves are {moves}); drop --sampler, or drop --schedule adaptive to train MCD kernels"
+        )
+    if values.get("backward") not in (None, "ais"):
+        raise UsageError(
+            f"--backward {values['backward']} needs trained kernels on a fixed schedule, which --schedule adaptive "
+            f"does not run (its moves are {moves}, reversed by ais); drop one"
+        )
+    values["backward"] = "ais"
 
 
 def policy_options(values: dict) -> list:

@@ -8,8 +8,8 @@ Modules: `format` (numbers, verdicts, warnings as text; consoles), `tables`, `pr
 """
 
 from mcd_cli.report.format import (
-    SPARK_BARS, fmt, fmt_log_z, fmt_pareto, fmt_status, per_datum_smc_line, smc_line, sparkline, stderr_console,
-    stdout_console, to_json, warnings_for,
+    SPARK_BARS, fmt, fmt_log_z, fmt_pareto, fmt_status, method_name, moves_text, per_datum_smc_line, smc_line,
+    sparkline, stderr_console, stdout_console, to_json, warnings_for,
 )
 from mcd_cli.report.progress import ProgressDisplay
 from mcd_cli.report.tables import (
@@ -17,7 +17,7 @@ from mcd_cli.report.tables import (
 )
 
 __all__ = [
-    "SPARK_BARS", "fmt", "fmt_log_z", "fmt_pareto", "fmt_status", "per_datum_smc_line", "smc_line", "sparkline",
+    "SPARK_BARS", "fmt", "fmt_log_z", "fmt_pareto", "fmt_status", "method_name", "moves_text", "per_datum_smc_line", "smc_line", "sparkline",
     "stderr_console", "stdout_console", "to_json", "warnings_for", "ProgressDisplay", "bayes_factor_table",
     "check_table", "compare_table", "estimate_table", "per_datum_table", "targets_table",
 ]

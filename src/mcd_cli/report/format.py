@@ -87,10 +87,42 @@ def fmt_pareto(k: Optional[float]) -> Text:
     return Text(f"{k:.2f}", style="green")
 
 
+def method_name(rec: dict) -> str:
+    """The estimator of a record in a few words: `ULA-MCD+SMC K=64`, or `SMC-HMC, 3 temperatures`
+    for adaptive tempered SMC, which runs no annealing kernels.
+
+    Example:
+        >>> method_name({"label": "UHA-MCD+SMC", "steps": 64})
+        'UHA-MCD+SMC K=64'
+        >>> method_name({"label": "SMC-HMC", "steps": None, "temperatures": 1})
+        'SMC-HMC, 1 temperature'
+    """
+    if rec.get("steps") is not None:
+        return f"{rec['label']} K={rec['steps']}"
+    count = rec.get("temperatures")
+    return rec["label"] if count is None else f"{rec['label']}, {count} temperature{'' if count == 1 else 's'}"
+
+
+def moves_text(moves: Optional[dict]) -> str:
+    """`15 HMC moves of 3 leapfrog steps per temperature` from a record's `moves`.
+
+    Example:
+        >>> moves_text({"kernel": "hmc", "moves": 5, "every": "resample", "leapfrog": 3})
+        '5 HMC moves of 3 leapfrog steps after each resampling'
+    """
+    if moves is None:
+        return "no moves"
+    text = f"{moves['moves']} {moves['kernel'].upper()} move{'' if moves['moves'] == 1 else 's'}"
+    if moves.get("leapfrog") is not None:
+        text += f" of {moves['leapfrog']} leapfrog step{'' if moves['leapfrog'] == 1 else 's'}"
+    every = {"temperature": "per temperature", "resample": "after each resampling", "step": "after every step"}
+    return f"{text} {every[moves['every']]}"
+
+
 def warnings_for(rec: dict) -> list[str]:
     """Plain-text warnings about a record, one line each (shown on stderr)."""
     out = []
-    where = f"{rec['label']} K={rec['steps']}"
+    where = method_name(rec)
     if rec.get("status") == "unreliable":
         out.append(
             f"warning: {where} is UNRELIABLE ({'; '.join(rec['reasons']) or 'see the diagnostics'}): "
@@ -127,8 +159,9 @@ def smc_line(smc: dict) -> str:
     mean = lambda values: sum(values) / len(values)  # noqa: E731
     same = len(set(smc["steps"])) == 1
     steps = smc["steps"][0] if same else f"{mean(smc['steps']):.1f} (mean of {runs} runs)"
+    count = "temperatures" if smc["schedule"] == "adaptive" else "K"
     text = (
-        f"{smc['schedule']} schedule, K = {steps}, {mean(smc['resamplings']):.1f} resamplings "
+        f"{smc['schedule']} schedule, {count} = {steps}, {mean(smc['resamplings']):.1f} resamplings "
         f"({smc['resampling']}, ESS/N < {smc['resample']:g}), final ESS/N {mean([e or 0.0 for e in smc['final_ess']]):.2f}"
     )
     if smc["refine"] != "none":

@@ -12,7 +12,8 @@ from rich.text import Text
 
 from mcd_cli.stats import PARETO_K_BAD
 from mcd_cli.report.format import (
-    _SE_METHOD, _STATUS_STYLE, fmt, fmt_log_z, fmt_pareto, fmt_status, per_datum_smc_line, smc_line, sparkline,
+    _SE_METHOD, _STATUS_STYLE, fmt, fmt_log_z, fmt_pareto, fmt_status, method_name, moves_text, per_datum_smc_line,
+    smc_line, sparkline,
 )
 
 
@@ -22,6 +23,17 @@ def _names_and_values(title: str) -> Table:
     table.add_column("", style="bold")
     table.add_column("")
     return table
+
+
+def estimator_line(rec: dict) -> str:
+    """What estimated: the annealing kernels and their K, or adaptive tempered SMC's moves and its
+    number of temperatures (no kernels, nothing trained)."""
+    if rec.get("sampler") is None:
+        count = rec.get("temperatures")
+        temperatures = "" if count is None else f"{count} temperature{'' if count == 1 else 's'}, "
+        return f"{rec['label']}  adaptive tempered SMC: {temperatures}{moves_text(rec.get('moves'))}; nothing trained"
+    text = f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, K = {rec['steps']} steps"
+    return text if rec.get("moves") is None else f"{text}; {moves_text(rec['moves'])}"
 
 
 def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
@@ -41,11 +53,7 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
         table.add_row("advice", rec["advice"])
     params = ", ".join(f"{k}={v}" for k, v in rec["target_params"].items())
     table.add_row("target", f"{rec['target']}  d = {rec['dim']}" + (f"  ({params})" if params else ""))
-    table.add_row(
-        "estimator",
-        f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, "
-        f"K = {rec['steps']} steps",
-    )
+    table.add_row("estimator", estimator_line(rec))
     label = "log Ẑ" if rec["repeats"] == 1 else f"log Ẑ (mean of {rec['repeats']})"
     estimate = Text(fmt_log_z(rec["log_z"], rec["log_z_stderr"]), style="bold")
     method = _SE_METHOD.get(rec["log_z_stderr_method"], rec["log_z_stderr_method"])
@@ -142,7 +150,10 @@ def per_datum_table(rec: dict) -> Table:
     fitted = "amortised over the data" if rec["amortise"] else "a separate run per datum"
     smc = rec.get("smc")
     if smc is not None and smc["schedule"] == "adaptive":
-        estimator = f"{rec['label']}  adaptive tempered SMC from each datum's initial distribution, no training"
+        estimator = (
+            f"{rec['label']}  adaptive tempered SMC from each datum's initial distribution: "
+            f"{moves_text(rec.get('moves'))}; nothing trained"
+        )
     else:
         estimator = (
             f"{rec['label']}  sampler = {rec['sampler']}, backward = {rec['backward']}, K = {rec['steps']} steps, {fitted}"
@@ -198,7 +209,7 @@ def compare_table(records: Sequence[dict]) -> Table:
     table.add_column("train s", justify="right")
     table.add_column("est. s", justify="right")
     for rec in records:
-        row = [rec["label"], str(rec["steps"]), fmt_status(rec["status"]), fmt_log_z(rec["log_z"], rec["log_z_stderr"])]
+        row = [rec["label"], str(rec["steps"] or "—"), fmt_status(rec["status"]), fmt_log_z(rec["log_z"], rec["log_z_stderr"])]
         if first["reference_log_z"] is not None:
             row.append("—" if rec["error"] is None else f"{rec['error']:+.3f}")
         k = rec["pareto_k"]
@@ -224,7 +235,7 @@ def bayes_factor_table(records: Sequence[dict], result: Any) -> Table:
     repeats = first["repeats"]
     known = any(r["reference_log_z"] is not None for r in records)
     title = (
-        f"{len(records)} models, {first['label']} K={first['steps']}, {repeats} "
+        f"{len(records)} models, {method_name(first)}, {repeats} "
         f"repeat{'s' if repeats != 1 else ''} × {first['num_samples']} samples, seed {first['seed']}; "
         f"best: {result.best_name}"
     )

@@ -14,7 +14,7 @@ choose the method and the effort), `execute`.
 
 from mcd_cli.run.defaults import (
     ACCELERATOR_BATCH, ACCELERATOR_UNROLL, ADAPTIVE_REFINE_STEPS, CPU_BATCH, DEFAULT_CHUNK, DEFAULT_MAX_SE,
-    DEFAULT_POPULATIONS, POLICY_START, POLICY_TRAINED,
+    DEFAULT_POPULATIONS, PILOT_POPULATIONS, POLICY_START, POLICY_TRAINED,
     DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM, SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE,
     auto_batch_size, auto_unroll, method_defaults, population_size,
 )
@@ -31,7 +31,7 @@ from mcd_cli.run.fit import default_interrupt_dir
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, run_smc, stationarity_moves
 from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws
 from mcd_cli.run.estimate import estimate_populations, estimate_smc, smc_settings, stationarity_of
-from mcd_cli.run.effort import Effort
+from mcd_cli.run.effort import Effort, first_effort
 from mcd_cli.run.policy import Policy, parse_duration, run_policy
 from mcd_cli.run.execute import execute
 
