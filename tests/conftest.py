@@ -30,7 +30,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from mcd_cli.cli import app
 
-# The command line's own compilation cache (`mcd_cli.compile_cache`, in the user's home by default)
+# The command line's own compilation cache (`mcd_cli.runtime.compile_cache`, in the user's home by default)
 # stays off in the tests, which have theirs (`persistent_compile_cache`); its test sets a folder.
 os.environ["MCD_CACHE_DIR"] = "off"
 
@@ -154,7 +154,7 @@ def subprocess_env(cache: Path) -> dict:
 # interrupt training reliably in the middle however fast the machine is.
 _SLOW_CHECKPOINTS = """
 import sys, time
-from mcd_cli import checkpoint
+from mcd_cli.io import checkpoint
 save = checkpoint.save_state
 def slow_save(*args, **kwargs):
     save(*args, **kwargs)

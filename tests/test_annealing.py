@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import annealing
+from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.targets.base import Target
 

@@ -14,10 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mcd_cli import checkpoint, files
+from mcd_cli.io import checkpoint
+from mcd_cli.io import files
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.base import Target
-from mcd_cli.training import init_train_state
+from mcd_cli.train.loop import init_train_state
 
 
 def tiny_target(name="t", dim=2, params=None):
@@ -167,7 +168,7 @@ import json, os, sys, types
 package = types.ModuleType("mcd_cli")
 package.__path__ = [sys.argv[1]]
 sys.modules["mcd_cli"] = package
-from mcd_cli import files
+from mcd_cli.io import files
 path, go, worker, count = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 open(go + "-ready-" + str(worker), "w").close()
 while not os.path.exists(go):

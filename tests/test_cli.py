@@ -430,7 +430,7 @@ def test_the_choices_are_the_library_s():
     from mcd_cli.cli import options
     from mcd_cli.config import INIT_METHODS
     from mcd_cli.kernels import registry
-    from mcd_cli.objectives import OBJECTIVES
+    from mcd_cli.train.objectives import OBJECTIVES
 
     assert [m.value for m in options.Sampler] == list(registry.FORWARD)
     assert [m.value for m in options.Refine] == ["none", *registry.REFINE]

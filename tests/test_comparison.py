@@ -1,4 +1,4 @@
-"""Bayes factors: the library (`mcd_cli.comparison`) and `mcd compare A B [C ...]`.
+"""Bayes factors: the library (`mcd_cli.stats.comparison`) and `mcd compare A B [C ...]`.
 
 The library is checked on exact arithmetic (quadrature of independent standard errors, the Kass &
 Raftery cut-offs at their boundaries, the warnings). The command is checked on two NumPyro models of
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import NO_TRAIN, NO_TRAIN_COMPARE, one_line_error, records
-from mcd_cli import comparison
-from mcd_cli.comparison import compare, strength
+from mcd_cli.stats import comparison
+from mcd_cli.stats.comparison import compare, strength
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "targets" / "numpyro"
 # float32 densities; the AIS log Ẑ is accumulated in float32 over K steps.

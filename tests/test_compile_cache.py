@@ -1,4 +1,4 @@
-"""The command line's persistent compilation cache (`mcd_cli.compile_cache`)."""
+"""The command line's persistent compilation cache (`mcd_cli.runtime.compile_cache`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 from conftest import NO_TRAIN
 
-from mcd_cli import compile_cache
+from mcd_cli.runtime import compile_cache
 
 
 def _run(args: list, env: dict) -> dict:

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from conftest import one_line_error, records, subprocess_env
-from mcd_cli import devices
+from mcd_cli.runtime import devices
 from mcd_cli.errors import UsageError
 from mcd_cli.stats import summarize
 
@@ -32,7 +32,10 @@ EQUALITY_SCRIPT = textwrap.dedent(
     """
     import dataclasses, json, sys
     import jax, numpy as np
-    from mcd_cli import annealing, devices, run, training
+    from mcd_cli import run
+    from mcd_cli.path import annealing
+    from mcd_cli.runtime import devices
+    from mcd_cli.train import loop as training
     from mcd_cli.config import SamplerConfig, TrainConfig
     from mcd_cli.stats import summarize
     from mcd_cli.targets import load_target
@@ -81,7 +84,9 @@ SMC_SCRIPT = textwrap.dedent(
     import dataclasses, json, math, sys
     import jax, jax.numpy as jnp, numpy as np
     from jax.scipy.special import logsumexp
-    from mcd_cli import annealing, devices, run, smc
+    from mcd_cli import run, smc
+    from mcd_cli.path import annealing
+    from mcd_cli.runtime import devices
     from mcd_cli.config import SamplerConfig, TrainConfig
     from mcd_cli.targets import Target
 

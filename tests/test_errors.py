@@ -3,12 +3,12 @@
 import pytest
 from conftest import one_line_error
 
-from mcd_cli.checkpoint import CheckpointError
+from mcd_cli.io.checkpoint import CheckpointError
 from mcd_cli.cli import exit_code, message
 from mcd_cli.errors import Interrupted, RunFailed, Unreliable, UsageError
 from mcd_cli.stats import AllWeightsNonFinite
 from mcd_cli.targets import TargetError
-from mcd_cli.training import TrainingDiverged
+from mcd_cli.train.loop import TrainingDiverged
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 from conftest import NO_TRAIN, TINY, records
 
-from mcd_cli import checkpoint, files
+from mcd_cli.io import checkpoint
+from mcd_cli.io import files
 from mcd_cli.cli import message
 from mcd_cli.cli import output as out
 from mcd_cli.errors import RunFailed
@@ -159,7 +160,8 @@ def test_dev_full_is_a_real_full_disk():
 
 _UNDER_LIMIT = """
 import resource, sys
-from mcd_cli import checkpoint, files
+from mcd_cli.io import checkpoint
+from mcd_cli.io import files
 path, limit, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 try:

@@ -1,5 +1,5 @@
 """Fitted initial distributions (mcd_cli.init), whitening (mcd_cli.targets.transforms) and pilot step
-sizes (mcd_cli.pilot).
+sizes (mcd_cli.path.step_sizes).
 
 Closed forms: a Gaussian's Laplace fit is exact (the mean; the precision's diagonal, or the full
 covariance; log Z); its mean-field VI optimum has the precision's diagonal as inverse variances;
@@ -19,7 +19,9 @@ import optax
 import pytest
 from jax.scipy.stats import multivariate_normal, norm
 
-from mcd_cli import init, pilot, schedules
+from mcd_cli import init
+from mcd_cli.path import step_sizes as pilot
+from mcd_cli.path import schedules
 from mcd_cli.targets import Target, load_target, transforms
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +51,8 @@ def ais_estimate(target: Target, step_sizes, key, steps: int, num: int):
 
     The only place these tests touch the sampler API.
     """
-    from mcd_cli import annealing, stats
+    from mcd_cli import stats
+    from mcd_cli.path import annealing
     from mcd_cli.config import SamplerConfig
 
     config = SamplerConfig(sampler="ula", backward="ais", steps=steps)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.scipy.stats import norm
 
-from mcd_cli import annealing
+from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels import invariant, registry, uha
 from mcd_cli.kernels.base import Transition

@@ -15,17 +15,16 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mcd_cli"
 
 # Lowest first. A module may import modules of its own floor and of the floors below it.
 FLOORS: list[tuple[str, ...]] = [
-    ("_version", "compile_cache", "errors", "safeyaml", "devices", "files", "checkpoint", "resampling", "schedules", "score",
-     "objectives", "comparison", "stopping"),
+    ("_version", "errors", "io", "runtime"),
     ("stats",),
     ("targets",),
-    ("kernels",),
+    ("kernels", "init"),
     ("config",),
-    ("annealing",),
-    ("training", "amortised", "smc", "init", "pilot"),
-    ("messages", "record"),
+    ("path",),
+    ("train", "smc"),
+    ("record",),
     ("run",),
-    ("report", "plot", "posterior"),
+    ("report",),
     ("cli", "__init__", "__main__", "_bundled"),
 ]
 FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names}

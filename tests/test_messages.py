@@ -1,4 +1,4 @@
-"""The words of the verdict (mcd_cli.messages): every reason code renders, the texts are the ones the
+"""The words of the verdict (mcd_cli.record.messages): every reason code renders, the texts are the ones the
 records have always had, and the advice is unchanged."""
 
 import json
@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mcd_cli import messages, stats
+from mcd_cli import stats
+from mcd_cli.record import messages
 from mcd_cli.kernels import mcd
 from mcd_cli.stats import CODES, Reason, scoped
 

@@ -24,7 +24,8 @@ pytest.importorskip("numpyro")
 from conftest import one_line_error, records  # noqa: E402
 from conftest import target_error as error_of  # noqa: E402
 from conftest import write_file as write  # noqa: E402
-from mcd_cli import annealing, stats  # noqa: E402
+from mcd_cli import stats  # noqa: E402
+from mcd_cli.path import annealing  # noqa: E402
 from mcd_cli.config import SamplerConfig  # noqa: E402
 from mcd_cli.targets import TargetError, load_target  # noqa: E402
 from mcd_cli.targets.datafile import read_data  # noqa: E402

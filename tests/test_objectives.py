@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 from jax.scipy.stats import norm
 
-from mcd_cli import annealing, objectives, schedules, training
+from mcd_cli.path import annealing
+from mcd_cli.train import objectives
+from mcd_cli.path import schedules
+from mcd_cli.train import loop as training
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.base import Target
 
@@ -108,3 +111,12 @@ def test_log_variance_refuses_a_kernel_without_a_fixed_point_density():
     params = annealing.init_params(jax.random.key(0), NARROW, sconf)
     with pytest.raises(ValueError, match="ELBO"):
         training.batch_loss(params, jax.random.key(1), NARROW, sconf, 4, objectives.OBJECTIVES["logvar"])
+
+
+def test_the_configs_objective_names_are_the_objectives():
+    """`config.OBJECTIVES` (what a TrainConfig accepts, below the training floor) names exactly the
+    objectives `train.objectives` defines."""
+    from mcd_cli import config
+    from mcd_cli.train.objectives import OBJECTIVES
+
+    assert tuple(OBJECTIVES) == config.OBJECTIVES

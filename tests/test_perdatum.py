@@ -20,7 +20,11 @@ from jax.scipy.stats import multivariate_normal, norm
 from conftest import one_line_error, records
 from rich.console import Console
 
-from mcd_cli import amortised, annealing, files, report, score
+from mcd_cli import report
+from mcd_cli.train import amortised
+from mcd_cli.path import annealing
+from mcd_cli.io import files
+from mcd_cli.kernels import score
 from mcd_cli.run import Policy, perdatum, smc_kernels
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError

@@ -1,4 +1,4 @@
-"""Figures (`mcd_cli.plot`), the log-weight summary they draw, and the terminal sparkline.
+"""Figures (`mcd_cli.report.plot`), the log-weight summary they draw, and the terminal sparkline.
 
 The files must be valid: a PNG decodes with matplotlib, a PDF starts with `%PDF`, an SVG parses as
 XML. The fitted Pareto tail drawn on the histogram must be the PSIS fit: on draws from a known
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import NO_TRAIN, NO_TRAIN_COMPARE, one_line_error
-from mcd_cli import plot, report, stats
+from mcd_cli import report, stats
+from mcd_cli.report import plot
 
 pytest.importorskip("matplotlib")
 
@@ -123,7 +124,7 @@ def test_smc_panels_are_drawn_when_the_record_has_them(tmp_path, weights):
 
 
 def test_compare_figure_of_settings_and_of_models(tmp_path):
-    from mcd_cli import comparison
+    from mcd_cli.stats import comparison
 
     recs = [synthetic_record(), synthetic_record(label="UHA", log_z=-0.2, log_z_stderr=None, status="unreliable")]
     fig = plot.compare_figure(recs)

@@ -524,7 +524,7 @@ def test_the_rate_rule_stops_training_that_cannot_make_its_updates():
     """`stopping.too_slow`: the updates made plus the chunks the rate since the end of the first
     chunk adds until the clock stops training (the chunk running at the deadline completes),
     against those needed (at most the iterations asked)."""
-    from mcd_cli.stopping import too_slow as _too_slow
+    from mcd_cli.train.stopping import too_slow as _too_slow
 
     # 20 updates at t = 2 s, 10 of them since the first chunk ended at 1 s: 10 per second, 8 s left.
     assert not _too_slow(20, (10, 1.0), 2.0, 10.0, 100, 1000, 10)  # 20 + 8 chunks of 10 = 100: just enough
@@ -543,7 +543,7 @@ def test_a_training_too_slow_for_its_updates_stops_after_its_second_chunk(monkey
     10 updates run at 10 per second after the first; a 3-s budget then reaches 30 updates."""
     import types
 
-    from mcd_cli import training
+    from mcd_cli.train import loop as training
     from mcd_cli.targets import load_target
 
     target = load_target("gmm8", {"dim": "2"})

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import invoke, one_line_error, records
-from mcd_cli.posterior import read_npz
+from mcd_cli.report.posterior import read_npz
 from mcd_cli.run.draws import posterior_draws
 from mcd_cli.targets import Target
 from mcd_cli.targets.transforms import heavy_tailed, tukey_h, whiten
@@ -222,7 +222,7 @@ def test_netcdf_without_arviz_names_the_extra(gauss_yaml, tmp_path, monkeypatch)
 def test_a_file_that_cannot_be_written_fails_in_one_line_after_the_record(gauss_yaml, tmp_path, monkeypatch):
     """A full disk when the file is moved into place: the estimate is printed and appended, then
     one line naming the file, exit 1; neither the file nor a temporary one is left."""
-    from mcd_cli import files
+    from mcd_cli.io import files
 
     class FullForDraws(types.ModuleType):  # `os` as `checkpoint` sees it, but no room for draws.npz
         def __getattr__(self, name):
@@ -246,7 +246,7 @@ def test_a_file_that_cannot_be_written_fails_in_one_line_after_the_record(gauss_
 
 def test_a_failed_netcdf_write_leaves_no_file(tmp_path, monkeypatch):
     pytest.importorskip("arviz")
-    from mcd_cli import posterior
+    from mcd_cli.report import posterior
 
     rec = {"log_z": 0.0, "log_z_stderr": None, "status": "ok", "reasons": [], "seed": 0, "config": {}}
     posterior.write(tmp_path / "old.nc", {"x": np.zeros((1, 2, 1))}, rec)

@@ -26,7 +26,7 @@ pytest.importorskip("numpyro")
 
 from conftest import invoke, one_line_error, records, write_file  # noqa: E402
 from conftest import target_error as error_of  # noqa: E402
-from mcd_cli.posterior import read_npz  # noqa: E402
+from mcd_cli.report.posterior import read_npz  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 from mcd_cli.targets.numpyro_model import is_model_target, prior_initial  # noqa: E402
 

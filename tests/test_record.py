@@ -7,7 +7,7 @@ import pytest
 from conftest import NO_TRAIN, TINY, records
 
 from mcd_cli import RunPlan, SamplerConfig, TrainConfig, execute, load_target
-from mcd_cli.messages import texts
+from mcd_cli.record.messages import texts
 from mcd_cli.record import SCHEMA_VERSION, datum_record
 from mcd_cli.stats import summarize
 

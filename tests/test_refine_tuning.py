@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from jax.scipy.stats import norm
 
-from mcd_cli import annealing, smc
+from mcd_cli import smc
+from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels.base import RefineParams
 from mcd_cli.run.estimate import TUNING_STREAM, tuned_refinement
@@ -176,7 +177,7 @@ def test_frozen_refinement_is_unbiased_where_adaptation_biases():
     refine_adaptation: e^+3.8 at K = 64 with populations of 256). Tuned on a pilot population and
     frozen, 64 populations of 4,096 give E[Ẑ/Z] = 1 within 3 standard errors (measured: 0.97 ± 0.16;
     adapted from the particles, same runs: 1.52 ± 0.29, log Ẑ/Z biased upwards)."""
-    from mcd_cli import training
+    from mcd_cli.train import loop as training
     from mcd_cli.config import TrainConfig
     from mcd_cli.targets import load_target
 

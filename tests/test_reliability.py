@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import GAUSS_YAML, NO_TRAIN, TINY, invoke, one_line_error, records
-from mcd_cli import checkpoint
+from mcd_cli.io import checkpoint
 
 TIMING_KEYS = ("train_seconds", "estimate_seconds", "start_seconds")
 
@@ -171,7 +171,7 @@ def test_a_checkpoint_directory_in_use_needs_resume(mcd, gauss_yaml, tmp_path):
 
 def test_ctrl_c_without_checkpoint_dir_saves_in_the_working_directory(mcd, gauss_yaml, tmp_path, monkeypatch):
     from mcd_cli import run
-    from mcd_cli.training import TrainingInterrupted
+    from mcd_cli.train.loop import TrainingInterrupted
 
     def interrupted_fit(state, *args, **kwargs):
         raise TrainingInterrupted(state)
@@ -352,7 +352,7 @@ def test_parallel_jobs_append_whole_lines(mcd_process, gauss_yaml, tmp_path):
 
 
 def test_ctrl_c_while_estimating_keeps_the_finished_training(mcd, gauss_yaml, tmp_path, monkeypatch):
-    from mcd_cli import annealing
+    from mcd_cli.path import annealing
 
     def interrupted_estimate(*args, **kwargs):
         raise KeyboardInterrupt

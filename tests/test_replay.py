@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mcd_cli import annealing, resampling, smc
+from mcd_cli import smc
+from mcd_cli.path import annealing
+from mcd_cli.smc import resampling
 from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels import hmc, mala
 from mcd_cli.targets import Target

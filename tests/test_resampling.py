@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mcd_cli import resampling
+from mcd_cli.smc import resampling
 
 WEIGHTS = np.array([0.37, 0.0, 0.21, 0.005, 0.115, 0.3])
 N = 8

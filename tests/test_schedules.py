@@ -4,8 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import schedules, score
-from mcd_cli.annealing import remat_segments
+from mcd_cli.path import schedules
+from mcd_cli.kernels import score, uha
+from mcd_cli.path.annealing import remat_segments
 
 
 def test_step_sizes_start_flat_and_stay_bounded():
@@ -26,12 +27,12 @@ def test_betas_fixed_and_learned():
 
 
 def test_damping_and_mass():
-    assert abs(float(schedules.damping(schedules.init_damping(0.9))) - 0.9) < 1e-5
+    assert abs(float(uha.damping_of(uha.init_damping(0.9))) - 0.9) < 1e-5
     for u in (-50.0, 50.0):
-        h = float(schedules.damping({"u": jnp.asarray(u)}))
+        h = float(uha.damping_of({"u": jnp.asarray(u)}))
         assert 0.01 - 1e-6 <= h <= 0.99 + 1e-6
-    np.testing.assert_allclose(schedules.mass(schedules.init_mass(3), 3), 1.0)
-    np.testing.assert_allclose(schedules.mass(None, 3), 1.0)
+    np.testing.assert_allclose(uha.mass_of(uha.init_mass(3), 3), 1.0)
+    np.testing.assert_allclose(uha.mass_of(None, 3), 1.0)
 
 
 def test_score_network_starts_at_zero_and_depends_on_step():

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import one_line_error
-from mcd_cli import annealing, objectives, resampling, training
+from mcd_cli.path import annealing
+from mcd_cli.train import objectives
+from mcd_cli.smc import resampling
+from mcd_cli.train import loop as training
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.kernels import ais, ula
 from mcd_cli.kernels.base import AnnealedPath

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from jax.scipy.stats import norm
 
-from mcd_cli import annealing, smc, stats
+from mcd_cli import smc, stats
+from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels import hmc, mala
 from mcd_cli.kernels.base import AnnealedPath, RefineParams

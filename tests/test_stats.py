@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp, softmax
 
 from mcd_cli import stats
-from mcd_cli.messages import advice, text
+from mcd_cli.record.messages import advice, text
 from mcd_cli.stats import Status
 
 

@@ -379,7 +379,7 @@ def test_repeated_yaml_keys_are_refused(tmp_path):
     # a merge key followed by an override is plain YAML, not a repeat
     path = write(tmp_path, "merge.yaml", "family: normal\nbase: &b {dim: 2, scale: 1}\n")
     assert "unknown key 'base'" in error_of(str(path))
-    from mcd_cli import safeyaml
+    from mcd_cli.io import safeyaml
 
     assert safeyaml.load("b: &b {dim: 2, scale: 1}\np: {<<: *b, dim: 3}\n")["p"] == {"dim": 3, "scale": 1}
 

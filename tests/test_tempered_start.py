@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import one_line_error
-from mcd_cli import annealing, schedules
+from mcd_cli.path import annealing
+from mcd_cli.path import schedules
 from mcd_cli.config import SamplerConfig
 from mcd_cli.run.start import tempered_betas
 from mcd_cli.targets import Target

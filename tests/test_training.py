@@ -9,7 +9,8 @@ import pytest
 from jax.scipy.special import logsumexp
 from jax.scipy.stats import norm
 
-from mcd_cli import annealing, training
+from mcd_cli.path import annealing
+from mcd_cli.train import loop as training
 from mcd_cli.stats import Estimate, combine, summarize
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.base import Target
@@ -82,7 +83,7 @@ def test_a_sharded_training_compiles_its_chunk_once():
     # The command line always shards the particle axis (over one device or more): the first chunk's
     # output state is on the mesh, the fresh state was not, and the second chunk compiled again
     # until make_train_chunk placed the state (on gmm8, d = 2, 23 s). AIS's step sizes: a small program.
-    from mcd_cli import devices
+    from mcd_cli.runtime import devices
 
     tconf = TrainConfig(iterations=6, batch_size=8, chunk=3)
     sconf = SamplerConfig(sampler="ula", backward="ais", steps=4)
@@ -97,7 +98,7 @@ def test_a_sharded_training_compiles_its_chunk_once():
 def test_update_compiles_once(sharded):
     # With the particle axis sharded (as every run of the command line has it, over one device or
     # more), the second chunk's state is the first's output, placed on the mesh: still one program.
-    from mcd_cli import devices
+    from mcd_cli.runtime import devices
 
     tconf = TrainConfig(iterations=2 if not sharded else 6, batch_size=8, chunk=3)
     sconf = SamplerConfig(sampler="uha", backward="mcd", steps=4, hidden=8)

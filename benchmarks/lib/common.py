@@ -104,7 +104,7 @@ def command_line() -> str:
 
 def write_json(path: Path, data: dict) -> None:
     """Writes `data` to `path` atomically (never leaves a half-written file)."""
-    from mcd_cli.checkpoint import atomic_write_bytes
+    from mcd_cli.io.checkpoint import atomic_write_bytes
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ class ResultFile:
                 )
         else:
             self.data = {"benchmark": benchmark, "settings": settings, "sessions": [], "cells": {}}
-        # The command line's compilation cache (mcd_cli.compile_cache): runs after the first that
+        # The command line's compilation cache (mcd_cli.runtime.compile_cache): runs after the first that
         # build the same programs load them, so a session's wall times depend on it.
         cache = os.environ.get("MCD_CACHE_DIR", "default (~/.cache/mcd-cli/jax)")
         self.data["sessions"].append({"command": command_line(), "machine": machine(), "compile_cache": cache})

@@ -24,9 +24,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from mcd_cli import annealing, schedules, stats
+from mcd_cli import stats
+from mcd_cli.path import annealing
+from mcd_cli.path import schedules
 from mcd_cli.init import laplace, vi
-from mcd_cli.pilot import pilot_step_sizes
+from mcd_cli.path.step_sizes import pilot_step_sizes
 from mcd_cli.targets.transforms import apply_initial
 from common import RESULTS
 from mcd_cli.config import SamplerConfig

@@ -63,7 +63,7 @@ PIPELINES = {
 
 _APPENDER = """
 import json, os, random, sys
-from mcd_cli import files
+from mcd_cli.io import files
 path, worker, count, kb, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(seed)
 for i in range(count):
@@ -126,7 +126,7 @@ def phase(directory: Path, total: Optional[int], code: Optional[int]) -> str:
     state = directory / "state-r0.npz"
     if not state.exists():
         return "start"
-    from mcd_cli import checkpoint
+    from mcd_cli.io import checkpoint
 
     try:
         iteration = checkpoint.read_meta(state)["iteration"]
@@ -236,7 +236,7 @@ def appenders(args, result: ResultFile, work: Path, env: dict, rng: random.Rando
         oks = [line.split() for line in stdout[w].splitlines() if line.startswith("ok ")]
         acknowledged[w] = {int(i) for _, i, _ in oks}
         cut += sum(int(c) > 0 for _, _, c in oks)
-    from mcd_cli import files
+    from mcd_cli.io import files
 
     cut += files.append_line(path, json.dumps({"worker": -2, "i": 0})) > 0  # the next job's append
     corrupt, found = 0, {}

@@ -51,7 +51,8 @@ import numpy as np  # noqa: E402
 from jax.scipy.special import logsumexp  # noqa: E402
 
 from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
-from mcd_cli import run, training  # noqa: E402
+from mcd_cli import run  # noqa: E402
+from mcd_cli.train import loop as training  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
 from mcd_cli.run.defaults import POLICY_START, population_size  # noqa: E402
 from mcd_cli.run.estimate import TUNING_STREAM, tuned_refinement  # noqa: E402

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import jax
 
-from mcd_cli import annealing, stats
+from mcd_cli import stats
+from mcd_cli.path import annealing
 from common import RESULTS
 from mcd_cli.config import SamplerConfig
 from mcd_cli.targets import load_target

@@ -28,7 +28,9 @@ import numpy as np  # noqa: E402
 from jax.scipy.special import logsumexp  # noqa: E402
 
 from common import RESULTS, ResultFile, log  # noqa: E402
-from mcd_cli import annealing, run, smc, stats, training  # noqa: E402
+from mcd_cli import run, smc, stats  # noqa: E402
+from mcd_cli.path import annealing  # noqa: E402
+from mcd_cli.train import loop as training  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 

@@ -80,11 +80,13 @@ import render  # noqa: E402
 from common import ResultFile, log  # noqa: E402
 from jax.scipy.special import logsumexp  # noqa: E402
 
-from mcd_cli import annealing, devices, run  # noqa: E402
-from mcd_cli.annealing import log_weight_chunk  # noqa: E402
+from mcd_cli import run  # noqa: E402
+from mcd_cli.path import annealing  # noqa: E402
+from mcd_cli.runtime import devices  # noqa: E402
+from mcd_cli.path.annealing import log_weight_chunk  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
-from mcd_cli.training import init_train_state, make_update  # noqa: E402
+from mcd_cli.train.loop import init_train_state, make_update  # noqa: E402
 
 
 def sampler_config(estimator: str, steps: int, hidden: int) -> SamplerConfig:

@@ -32,9 +32,9 @@ import jax.numpy as jnp  # noqa: E402
 
 from common import RESULTS, ResultFile, log  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
-from mcd_cli.annealing import log_weight_chunk  # noqa: E402
+from mcd_cli.path.annealing import log_weight_chunk  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
-from mcd_cli.training import init_train_state, make_update  # noqa: E402
+from mcd_cli.train.loop import init_train_state, make_update  # noqa: E402
 
 ESTIMATORS = ("ula", "uha", "ula-mcd", "uha-mcd")
 

@@ -25,7 +25,9 @@ from pathlib import Path
 import jax  # noqa: E402
 
 from common import RESULTS, ResultFile, log  # noqa: E402
-from mcd_cli import annealing, run, stats, training  # noqa: E402
+from mcd_cli import run, stats  # noqa: E402
+from mcd_cli.path import annealing  # noqa: E402
+from mcd_cli.train import loop as training  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
 from mcd_cli.targets import TargetError, load_target  # noqa: E402
 

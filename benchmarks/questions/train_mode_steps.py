@@ -23,7 +23,9 @@ import numpy as np
 
 from common import RESULTS, ResultFile, log
 from learned_pays import learned_sconf
-from mcd_cli import annealing, run, training
+from mcd_cli import run
+from mcd_cli.path import annealing
+from mcd_cli.train import loop as training
 from mcd_cli.config import TrainConfig
 from mcd_cli.targets import load_target
 

@@ -27,7 +27,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from common import RESULTS, ResultFile, log  # noqa: E402
-from mcd_cli import training  # noqa: E402
+from mcd_cli.train import loop as training  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
 

@@ -22,7 +22,7 @@ from mcd_cli.kernels import BACKWARD, FORWARD, estimators
 from mcd_cli.record import RunRecord
 from mcd_cli.run import RunPlan, execute
 from mcd_cli.targets import Target, TargetError, bundled_targets, check, load_target
-from mcd_cli.training import TrainingDiverged, TrainResult, TrainState, fit, init_train_state
+from mcd_cli.train.loop import TrainingDiverged, TrainResult, TrainState, fit, init_train_state
 
 __all__ = [
     "__version__",

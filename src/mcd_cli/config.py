@@ -14,6 +14,8 @@ MAX_DEFAULT_HIDDEN = 512
 INIT_METHODS = ("auto", "target", "laplace", "vi", "prior", "flow")
 STEP_SIZE_RULES = ("pilot", "fixed")
 STOP_RULES = ("plateau", "fixed")
+# What training minimises (`TrainConfig.objective`): the names of `train.objectives.OBJECTIVES`.
+OBJECTIVES = ("elbo", "logvar")
 TRAIN_WITH = ("is", "smc")  # how training simulates its batch (`TrainConfig.train_with`)
 # Multinomial first, the default: the single-run (genealogy) standard error is only valid with it.
 RESAMPLING = ("multinomial", "systematic", "stratified")
@@ -283,8 +285,6 @@ class TrainConfig:
             raise ValueError(f"train_with must be one of {', '.join(TRAIN_WITH)}, got {self.train_with!r}")
         if int(self.iterations) < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
-        from mcd_cli.objectives import OBJECTIVES
-
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.stop not in STOP_RULES:

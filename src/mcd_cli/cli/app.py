@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from mcd_cli import compile_cache
+from mcd_cli.runtime import compile_cache
 from mcd_cli._version import __version__
 from mcd_cli.errors import Interrupted, McdError, deferred, os_advice, os_reason
 

@@ -3,7 +3,7 @@
 `mcd compare TARGET --sampler ula,uha ...` runs every combination of the list-valued options on one
 target and prints one table in the paper's layout. `mcd compare A B [C ...]` estimates every target
 with the same settings (or from `--load A.npz,B.npz`), model i with the root key
-`fold_in(key(seed), i)`, and prints log Ẑ per model with the Bayes factors of `mcd_cli.comparison`.
+`fold_in(key(seed), i)`, and prints log Ẑ per model with the Bayes factors of `mcd_cli.stats.comparison`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from mcd_cli import comparison, record as record_, report, run
+from mcd_cli import record as record_, report, run
+from mcd_cli.stats import comparison
 from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli.app import app
 from mcd_cli.cli.options import SAMPLER, SMC, TRAINING, in_panel, option, takes
 from mcd_cli.config import SamplerConfig
-from mcd_cli.devices import is_primary
+from mcd_cli.runtime.devices import is_primary
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry
 

@@ -29,7 +29,7 @@ from mcd_cli.config import (
     TRAIN_WITH, SamplerConfig, TrainConfig, hidden_for,
 )
 from mcd_cli.kernels import registry
-from mcd_cli.objectives import OBJECTIVES
+from mcd_cli.train.objectives import OBJECTIVES
 from mcd_cli.run import (
     ADAPTIVE_REFINE_STEPS, DEFAULT_MAX_SE, DEFAULT_POPULATIONS, DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM,
     SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE, RunPlan, auto_batch_size, auto_unroll,

@@ -12,7 +12,9 @@ from typing import Any
 
 import typer
 
-from mcd_cli import devices, files, report
+from mcd_cli import report
+from mcd_cli.runtime import devices
+from mcd_cli.io import files
 from mcd_cli.errors import FileFailed, RunFailed, Unreliable, UsageError, os_advice
 from mcd_cli.run import RunPlan, memory_needed, plan_warnings, format_bytes
 
@@ -95,7 +97,7 @@ def append(values: dict, rec: dict) -> None:
 def check_plot(values: dict) -> None:
     """With --plot: the file can be written and matplotlib is there (before any work starts)."""
     if values.get("plot") is not None:
-        from mcd_cli import plot
+        from mcd_cli.report import plot
 
         plot.check_path(values["plot"])
         plot.require()
@@ -105,7 +107,7 @@ def plot_estimate(values: dict, rec: dict, result: Any) -> None:
     """With --plot: the figure of one run (`plot.estimate_figure`), then a line on stderr."""
     if values.get("plot") is None or not devices.is_primary():
         return
-    from mcd_cli import plot
+    from mcd_cli.report import plot
 
     weights = result.weights[0] if result.weights else None
     plot.save(plot.estimate_figure(rec, result.elbo_history, weights), values["plot"])
@@ -119,7 +121,7 @@ def check_posterior(values: dict, plan: RunPlan) -> None:
     path = values.get("posterior")
     if path is None:
         return
-    from mcd_cli import posterior
+    from mcd_cli.report import posterior
 
     posterior.check_path(path)
     if plan.policy is None and not plan.sconf.smc:
@@ -136,7 +138,7 @@ def write_posterior(values: dict, rec: dict, result: Any) -> None:
     path = values.get("posterior")
     if path is None or not devices.is_primary():
         return
-    from mcd_cli import posterior
+    from mcd_cli.report import posterior
 
     if result.draws is None:
         raise RunFailed("--posterior: the reported run kept no SMC population to draw from")
@@ -159,7 +161,7 @@ def plot_compare(values: dict, records: list[dict], names: Any = None, compariso
     """With --plot: log Ẑ ± SE per setting or per model (`plot.compare_figure`)."""
     if values.get("plot") is None or not devices.is_primary():
         return
-    from mcd_cli import plot
+    from mcd_cli.report import plot
 
     plot.save(plot.compare_figure(records, names, comparison), values["plot"])
     if not values.get("quiet"):

@@ -20,7 +20,8 @@ from typing import Any, Iterator, Optional
 import typer
 import yaml
 
-from mcd_cli import devices, safeyaml
+from mcd_cli.runtime import devices
+from mcd_cli.io import safeyaml
 from mcd_cli.cli.app import one_line
 from mcd_cli.cli.options import DEFAULT_CHECKPOINT_EVERY, METHOD_OPTIONS, TRAINING_ONLY
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig, hidden_for

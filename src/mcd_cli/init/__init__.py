@@ -18,7 +18,7 @@ Modules:
 
 A fit is used through `mcd_cli.targets.transforms.apply_initial` (the same density with the fit as
 its initial distribution, or whitened by it); the step sizes that follow it come from
-`mcd_cli.pilot`.
+`mcd_cli.path.step_sizes`.
 
 Example:
     >>> import jax, jax.numpy as jnp

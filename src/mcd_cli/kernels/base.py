@@ -1,6 +1,6 @@
 """The kernel interface: what a forward kernel and a backward kernel are, as values.
 
-The annealing loop (`mcd_cli.annealing`) moves one particle through K steps from `π0` to the
+The annealing loop (`mcd_cli.path.annealing`) moves one particle through K steps from `π0` to the
 target `γ`, and its log weight accumulates `log B_{k-1} − log F_k` at every step:
 
 - a **forward kernel** (`ula`, `uha`) is a pure function of one particle's state: at step k it draws
@@ -175,7 +175,7 @@ class BackwardKernel(NamedTuple):
         param_count: `(in_dim, out_dim, config) -> ` approximate number of parameters.
         activations: `config -> ` approximate numbers stored per particle and step when training.
         warnings: `(dim, config) -> list[Reason]`, settings known to limit the kernel, as reason
-            codes (`mcd_cli.stats.Reason`; `mcd_cli.messages` words them).
+            codes (`mcd_cli.stats.Reason`; `mcd_cli.record.messages` words them).
     """
 
     name: str

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from mcd_cli import score
+from mcd_cli.kernels import score
 from mcd_cli.kernels.base import BackwardKernel, Transition, gaussian_log_density
 from mcd_cli.stats.reasons import Reason
 
@@ -58,7 +58,7 @@ def activations(config) -> float:
 
 def warnings(dim, config) -> list[Reason]:
     """The network's output spans at most `hidden` directions: narrower than d limits MCD
-    (`score_network_narrow`, worded by `mcd_cli.messages`)."""
+    (`score_network_narrow`, worded by `mcd_cli.record.messages`)."""
     if config.hidden >= dim:
         return []
     return [Reason("score_network_narrow", {"hidden": int(config.hidden), "dim": int(dim)})]

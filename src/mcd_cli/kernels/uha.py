@@ -15,14 +15,40 @@ start `s_θ = s̃_θ − M⁻¹ p`). The momentum's density enters at both ends:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.stats import norm
 
-from mcd_cli import schedules
 from mcd_cli.kernels.base import ForwardKernel, Transition
+
+
+def _logit(p: float) -> float:
+    return math.log(p) - math.log1p(-p)
+
+
+def init_damping(init: float) -> dict:
+    """Damping parameter `u` with `0.98 σ(u) + 0.01 = init`."""
+    return {"u": jnp.full((), _logit((init - 0.01) / 0.98), dtype=jnp.zeros(()).dtype)}
+
+
+def damping_of(params: dict) -> jax.Array:
+    """Momentum damping `h = 0.98 σ(u) + 0.01 ∈ (0.01, 0.99)`."""
+    return 0.98 * jax.nn.sigmoid(params["u"]) + 0.01
+
+
+def init_mass(dim: int) -> dict:
+    """Diagonal mass matrix starting at the identity."""
+    return {"log_m": jnp.zeros((dim,))}
+
+
+def mass_of(params: dict | None, dim: int) -> jax.Array:
+    """Diagonal of the mass matrix `M`, shape `(dim,)`; the identity when not learned."""
+    if params is None:
+        return jnp.ones((dim,))
+    return jnp.exp(params["log_m"])
 
 
 class UHAParams(NamedTuple):
@@ -77,14 +103,14 @@ def leapfrog(
 def init_params(key, dim, config) -> UHAParams:
     """Damping from `config.init_damping`; a learned diagonal mass starting at I if `learn_mass`."""
     return UHAParams(
-        damping=schedules.init_damping(config.init_damping),
-        mass=schedules.init_mass(dim) if config.learn_mass else None,
+        damping=init_damping(config.init_damping),
+        mass=init_mass(dim) if config.learn_mass else None,
     )
 
 
 def prepare(params: UHAParams, dim: int) -> UHAResolved:
-    h = schedules.damping(params.damping)
-    mass = schedules.mass(params.mass, dim)
+    h = damping_of(params.damping)
+    mass = mass_of(params.mass, dim)
     mass_sd = jnp.sqrt(mass)
     refresh_sd = jnp.sqrt(1.0 - h**2) * mass_sd
     return UHAResolved(

@@ -24,7 +24,7 @@ from mcd_cli.run.plan import (
 )
 from mcd_cli.run.memory import available_memory, check_memory, format_bytes, host_memory, memory_needed
 from mcd_cli.run.validate import check_state_meta, validate, validate_populations
-from mcd_cli.pilot import pilot_scale  # re-exported: `run.pilot_scale` is how docs and benchmarks name it
+from mcd_cli.path.step_sizes import pilot_scale  # re-exported: `run.pilot_scale` is how docs and benchmarks name it
 from mcd_cli.run.start import INIT_STREAM, PILOT_STREAM, SCALE_STREAM, Start, initial_target, start
 from mcd_cli.run.fit import default_interrupt_dir
 # `smc_kernels` stays the module's name here (`run.smc_kernels.smc_kernels(sconf)` the function).

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import resampling
+from mcd_cli.smc import resampling
 from mcd_cli.smc import normalised
 
 # fold_in(a repeat's estimation key, DRAWS_STREAM): the key of its draws' resampling. Its

@@ -8,7 +8,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import numpy as np
 
-from mcd_cli import annealing
+from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.errors import RunFailed
 from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws

@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 
 import jax
 
-from mcd_cli import checkpoint, devices
+from mcd_cli.io import checkpoint
+from mcd_cli.runtime import devices
 from mcd_cli._version import __version__
 from mcd_cli.config import TrainConfig
 from mcd_cli.errors import FileFailed, RunFailed, defer, os_advice

@@ -21,11 +21,14 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import jax
 import numpy as np
 
-from mcd_cli import annealing, checkpoint, devices, files
+from mcd_cli.path import annealing
+from mcd_cli.io import checkpoint
+from mcd_cli.runtime import devices
+from mcd_cli.io import files
 from mcd_cli.config import TrainConfig
 from mcd_cli.errors import Interrupted, TooSlow, os_reason
 from mcd_cli.run.plan import Progress, RunPlan, file_meta, root_key
-from mcd_cli.training import TrainingInterrupted, fit, init_train_state, make_train_chunk
+from mcd_cli.train.loop import TrainingInterrupted, fit, init_train_state, make_train_chunk
 
 
 class Fitted(NamedTuple):

@@ -9,7 +9,7 @@ from typing import Optional
 
 import jax
 
-from mcd_cli import devices
+from mcd_cli.runtime import devices
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry
 from mcd_cli.run.plan import RunPlan, sharded_population

@@ -58,7 +58,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import amortised, annealing, devices, files, smc
+from mcd_cli import smc
+from mcd_cli.train import amortised
+from mcd_cli.path import annealing
+from mcd_cli.runtime import devices
+from mcd_cli.io import files
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError, os_reason
 from mcd_cli.record import DataRecord, DatumRecord, TargetInfo, finite
@@ -73,7 +77,7 @@ from mcd_cli.run.tally import Tally
 from mcd_cli.run.validate import validate_populations
 from mcd_cli.stats import Estimate, summarize, summarize_data
 from mcd_cli.targets.conditional import ConditionalTarget, datum_target
-from mcd_cli.training import fit, init_train_state
+from mcd_cli.train.loop import fit, init_train_state
 
 DATA_LOG = "data.jsonl"  # the finished data's records, in a checkpoint directory
 # A policy's pilot estimates this many data (the first selected): enough that a datum whose verdict

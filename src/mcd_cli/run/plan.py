@@ -15,7 +15,9 @@ from typing import Any, Callable, Optional, Protocol
 
 import jax
 
-from mcd_cli import checkpoint, devices, messages
+from mcd_cli.io import checkpoint
+from mcd_cli.runtime import devices
+from mcd_cli.record import messages
 from mcd_cli._version import __version__
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import UsageError

@@ -18,7 +18,9 @@ from typing import Any, Callable, Optional
 import jax
 from jax.sharding import NamedSharding
 
-from mcd_cli import annealing, resampling, smc
+from mcd_cli import smc
+from mcd_cli.path import annealing
+from mcd_cli.smc import resampling
 from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels import registry
 from mcd_cli.targets.base import Target

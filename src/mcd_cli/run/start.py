@@ -9,11 +9,11 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from mcd_cli import annealing
+from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.errors import RunFailed
 from mcd_cli.init import fit_initial
-from mcd_cli.pilot import pilot_scale, pilot_step_sizes
+from mcd_cli.path.step_sizes import pilot_scale, pilot_step_sizes
 from mcd_cli.run.defaults import POLICY_START
 from mcd_cli.run.plan import RunPlan, root_key
 from mcd_cli.run.smc_kernels import compiled
@@ -151,7 +151,7 @@ def tempered_betas(target: Any, steps: int, key: jax.Array, num: int = TEMPER_PA
 def start(plan: RunPlan, *, pilot: bool = True) -> Start:
     """The initial distribution, then (with `sconf.step_size == "pilot"` and `pilot`) the step sizes.
 
-    The pilot (`mcd_cli.pilot.pilot_step_sizes`, its own key) measures the curvature along the
+    The pilot (`mcd_cli.path.step_sizes.pilot_step_sizes`, its own key) measures the curvature along the
     path from the chosen initial distribution to the target and sets δ_k = 0.5 / λ_k,
     capped at `max_step_size`; `pilot_scale` (its own key) then halves the sizes while that buys
     the untrained ULA-AIS ELBO more than a nat (targets with kinks). Training starts from these

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mcd_cli import checkpoint, devices, files, objectives
+from mcd_cli.io import checkpoint
+from mcd_cli.runtime import devices
+from mcd_cli.io import files
+from mcd_cli.train import objectives
 from mcd_cli.config import ESTIMATION_FIELDS
 from mcd_cli.errors import UsageError
 from mcd_cli.kernels import registry

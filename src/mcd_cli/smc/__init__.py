@@ -1,6 +1,6 @@
 """Sequential Monte Carlo: the particles move through the annealing together, and are resampled.
 
-The per-particle loop (`mcd_cli.annealing`) gives importance sampling; here one population of N
+The per-particle loop (`mcd_cli.path.annealing`) gives importance sampling; here one population of N
 particles is stepped together, the kernels `vmap`ped over the particles inside, because resampling
 couples them. As in BlackJAX, the kernels are values passed in (`Kernels`: a forward kernel, a
 backward kernel, a refinement kernel or None, and a resampling function) together with a few
@@ -26,7 +26,8 @@ Modules:
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> from mcd_cli import annealing, resampling
+    >>> from mcd_cli.path import annealing
+    >>> from mcd_cli.smc import resampling
     >>> from mcd_cli.config import SamplerConfig
     >>> from mcd_cli.kernels import ais, ula
     >>> from mcd_cli.targets import Target

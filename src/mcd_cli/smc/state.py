@@ -18,7 +18,7 @@ from jax.scipy.special import logsumexp
 
 from mcd_cli.kernels.base import BackwardKernel, ForwardKernel, RefineKernel, RefineParams
 
-# `(key, normalised weights, num) -> ancestor indices` (`mcd_cli.resampling`).
+# `(key, normalised weights, num) -> ancestor indices` (`mcd_cli.smc.resampling`).
 Resampler = Callable[[jax.Array, jax.Array, int], jax.Array]
 
 

@@ -7,7 +7,7 @@ After step k the log weights gain the incremental weight
 
 where `γ̃_k` is the annealed density of the whole particle state (UHA: `γ_k(x) N(p; 0, M)`), so
 the product of the `G_k` telescopes to the importance weight of the per-particle loop
-(`mcd_cli.annealing`). When the effective sample size falls below `resample · N` the population
+(`mcd_cli.path.annealing`). When the effective sample size falls below `resample · N` the population
 is resampled: the running `log Ẑ` gains `logsumexp(log w) − log N` and the weights restart at
 zero; each particle's time-0 ancestor (its "Eve" index) is carried along for the genealogy
 variance (`stats.smc_estimate`). Resampling never happens after the last step, whose weights close

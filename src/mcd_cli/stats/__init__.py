@@ -6,7 +6,7 @@
 - `smc`: an SMC run's genealogy SE, merging populations, and the verdicts only SMC has;
 - `repeats`: R repeats -> `Combined` (the headline), and the mean over per-datum estimates;
 - `histogram`: the bounded `WeightSummary` the figures draw;
-- `reasons`: the `Reason` type and its codes (worded by `mcd_cli.messages`, never here).
+- `reasons`: the `Reason` type and its codes (worded by `mcd_cli.record.messages`, never here).
 
 All host-side float64 numpy/scipy: they run once per estimate.
 

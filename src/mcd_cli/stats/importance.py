@@ -9,7 +9,7 @@ legitimate sample):
 - Pareto k̂ of the largest weights (`psis.pareto_k`).
 
 Every estimate gets a verdict, `Status.OK`, `WARN` or `UNRELIABLE`, with its reasons (`Reason`
-codes; `mcd_cli.messages` words them):
+codes; `mcd_cli.record.messages` words them):
 
 ==========================  ===================================  ==================================
 check                       warn                                 unreliable

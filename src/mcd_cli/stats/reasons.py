@@ -1,6 +1,6 @@
 """Why a verdict is not `ok`: a short code with the numbers behind it, no words.
 
-A `Reason` is what the statistics return; `mcd_cli.messages` turns it into a sentence (and a
+A `Reason` is what the statistics return; `mcd_cli.record.messages` turns it into a sentence (and a
 flag to try) at the top, so the numerics never hold user-facing text. `CODES` lists every code with
 the names of its parameters (docs/json.md shows the same list).
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from mcd_cli import safeyaml
+from mcd_cli.io import safeyaml
 from mcd_cli.targets.base import TargetError
 
 _TRUE = ("true", "yes", "on", "1")

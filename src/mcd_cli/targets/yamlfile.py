@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from mcd_cli import safeyaml
+from mcd_cli.io import safeyaml
 from mcd_cli.targets.base import Target, TargetError
 from mcd_cli.targets.families import FAMILIES, PATH_PARAMETERS
 from mcd_cli.targets.fields import build, parse_log_z

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from mcd_cli import schedules
+from mcd_cli.path import schedules
 from mcd_cli.config import SamplerConfig
 from mcd_cli.kernels import registry
 from mcd_cli.kernels.base import AnnealedPath, Step

@@ -54,7 +54,7 @@ HOW = (
 def check_path(path: "str | os.PathLike") -> None:
     """Usage error unless `path` names a .npz or .nc file that can be written (and, for .nc, ArviZ
     is installed): called before any work starts."""
-    from mcd_cli import files
+    from mcd_cli.io import files
 
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
@@ -114,7 +114,7 @@ def attributes(rec: Mapping[str, Any], draws: Mapping[str, np.ndarray]) -> dict:
 def write(path: "str | os.PathLike", draws: Mapping[str, np.ndarray], rec: Mapping[str, Any]) -> None:
     """Writes `draws` (`{name: (chains, draws, ...)}`) with the record `rec`'s attributes to
     `path`, .npz or .nc by its suffix, atomically. Raises OSError when the file cannot be written."""
-    from mcd_cli import files
+    from mcd_cli.io import files
 
     path = Path(path)
     attrs = attributes(rec, draws)

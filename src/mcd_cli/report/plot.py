@@ -34,7 +34,7 @@ SMC_PANELS = (("ess", "ESS"), ("beta", "β"), ("acceptance", "acceptance rate"))
 
 def check_path(path: Path) -> None:
     """Usage error unless `path` names a .png, .svg or .pdf file that can be written."""
-    from mcd_cli import files
+    from mcd_cli.io import files
 
     if Path(path).suffix.lower() not in FORMATS:
         raise UsageError(f"--plot '{path}': give a file ending in .png, .svg or .pdf")
@@ -230,7 +230,7 @@ def save(fig: Any, path: Path) -> None:
     leaves no partial figure behind (`files.atomic_write_bytes`)."""
     import io
 
-    from mcd_cli import files
+    from mcd_cli.io import files
 
     plt = require()
     buffer = io.BytesIO()

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mcd_cli._version import __version__
-from mcd_cli.checkpoint import json_ready
+from mcd_cli.io.checkpoint import json_ready
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.messages import advice, code_dicts, texts
+from mcd_cli.record.messages import advice, code_dicts, texts
 from mcd_cli.stats import Combined, DataSummary, Estimate, Reason, WeightSummary, pareto_k_limit
 
 SCHEMA_VERSION = 3

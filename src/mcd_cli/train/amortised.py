@@ -24,10 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli import annealing, objectives
+from mcd_cli.path import annealing
+from mcd_cli.train import objectives
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.conditional import ConditionalTarget
-from mcd_cli import training
+from mcd_cli.train import loop as training
 
 DEFAULT_DATA_BATCH = 16
 

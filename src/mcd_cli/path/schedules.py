@@ -1,4 +1,4 @@
-"""Per-step sampler parameters: step sizes, annealing schedule, UHA damping and mass matrix.
+"""Per-step parameters of the annealed path: step sizes and the annealing schedule.
 
 Each quantity is an `init_*` / apply pair of pure functions over a small pytree of unconstrained
 parameters, mapped through the bounded parameterisations of the paper's appendix:
@@ -6,9 +6,9 @@ parameters, mapped through the bounded parameterisations of the paper's appendix
 - step sizes `δ_k = δ_max · σ(MLP(k / K))`, a 2-layer MLP (32 hidden units) of the step index,
   or, when the sizes start from per-step values (the pilot's), `δ_k = δ_max · σ(θ_k)` with one
   parameter per step (`per_step_sizes`);
-- annealing `β_k = Σ_{k'≤k} σ(b_k') / Σ_{k'≤K} σ(b_k')` (learned) or `β_k = k / K` (fixed);
-- damping `h = 0.98 σ(u) + 0.01`;
-- diagonal mass matrix `M = exp(m)`.
+- annealing `β_k = Σ_{k'≤k} σ(b_k') / Σ_{k'≤K} σ(b_k')` (learned) or `β_k = k / K` (fixed).
+
+UHA's own parameters (damping, mass matrix) are its kernel's (`kernels.uha`).
 """
 
 from __future__ import annotations
@@ -112,25 +112,3 @@ def betas(params: dict | None, steps: int) -> jax.Array:
     increments = jax.nn.sigmoid(params["b"])
     cumulative = jnp.cumsum(increments)
     return jnp.concatenate([jnp.zeros((1,)), cumulative / cumulative[-1]])
-
-
-def init_damping(init: float) -> dict:
-    """Damping parameter `u` with `0.98 σ(u) + 0.01 = init`."""
-    return {"u": jnp.full((), _logit((init - 0.01) / 0.98), dtype=jnp.zeros(()).dtype)}
-
-
-def damping(params: dict) -> jax.Array:
-    """Momentum damping `h = 0.98 σ(u) + 0.01 ∈ (0.01, 0.99)`."""
-    return 0.98 * jax.nn.sigmoid(params["u"]) + 0.01
-
-
-def init_mass(dim: int) -> dict:
-    """Diagonal mass matrix starting at the identity."""
-    return {"log_m": jnp.zeros((dim,))}
-
-
-def mass(params: dict | None, dim: int) -> jax.Array:
-    """Diagonal of the mass matrix `M`, shape `(dim,)`; the identity when not learned."""
-    if params is None:
-        return jnp.ones((dim,))
-    return jnp.exp(params["log_m"])

@@ -34,12 +34,14 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from mcd_cli import annealing, objectives, resampling
+from mcd_cli.path import annealing
+from mcd_cli.train import objectives
+from mcd_cli.smc import resampling
 from mcd_cli.kernels import registry
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed
 from mcd_cli.smc import segments
-from mcd_cli.stopping import plateaued, too_slow
+from mcd_cli.train.stopping import plateaued, too_slow
 from mcd_cli.targets.base import Target
 
 

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli.files import CheckpointError, atomic_write_bytes
+from mcd_cli.io.files import CheckpointError, atomic_write_bytes
 
 FORMAT = "mcd-cli"
 FORMAT_VERSION = 4  # 2: NamedTuple pytrees; 3: the training state carries the recent ELBOs (--iterations auto);
