@@ -242,13 +242,13 @@ def narrow_gaussian(scale: float = 0.02, dim: int = 10, initial_scale: float = 1
 def test_pilot_step_sizes_follow_the_curvature_and_respect_the_cap():
     target = narrow_gaussian()
     betas = np.asarray(schedules.betas(None, 64))
-    deltas = pilot.pilot_step_sizes(target, betas, key=jax.random.key(0))
+    deltas = pilot.curvature_step_sizes(target, betas, key=jax.random.key(0))
     assert deltas.shape == (64,) and np.all(deltas > 0) and np.all(deltas <= 0.25)
     # Curvature of γ_k = β_k / 0.02² + (1 − β_k): δ_k = 0.5 / curvature (exact for a Gaussian).
     curvature = betas[1:] / 0.02**2 + (1 - betas[1:])
     np.testing.assert_allclose(deltas, np.minimum(0.25, 0.5 / curvature), rtol=1e-3)
     with pytest.raises(ValueError, match="safety must lie in"):
-        pilot.pilot_step_sizes(target, betas, key=jax.random.key(0), safety=2.5)
+        pilot.curvature_step_sizes(target, betas, key=jax.random.key(0), safety=2.5)
 
 
 def _start(target, seed: int = 0, steps: int = 64, init: str = "auto"):
@@ -263,8 +263,8 @@ def _pilot_only(start, seed: int = 0, steps: int = 64):
     """The curvature pilot's own sizes for the run of `seed` (the key `run.start` gives it)."""
     from mcd_cli import run
 
-    key = jax.random.fold_in(run.root_key(seed, None), run.PILOT_STREAM)
-    return pilot.pilot_step_sizes(start.target, np.linspace(0.0, 1.0, steps + 1), key=key)
+    key = jax.random.fold_in(run.root_key(seed, None), run.CURVATURE_STREAM)
+    return pilot.curvature_step_sizes(start.target, np.linspace(0.0, 1.0, steps + 1), key=key)
 
 
 def test_the_ais_check_scales_the_pilot_down_on_a_kinked_target_and_leaves_a_smooth_one_alone():
@@ -286,8 +286,8 @@ def test_the_ais_check_keeps_the_pilot_when_no_scale_gives_a_finite_elbo():
 
     nowhere = Target.create(lambda x: jnp.where(jnp.sum(x) > 1e9, 0.0, -jnp.inf), dim=2)
     sconf = SamplerConfig(sampler="ula", backward="ais", steps=4, step_size="pilot")
-    assert pilot.pilot_scale(nowhere, np.full(4, 0.2), sconf, jax.random.key(0), samples=64) == 1.0
-    assert run.pilot_scale is pilot.pilot_scale  # the run package re-exports it
+    assert pilot.ais_step_scale(nowhere, np.full(4, 0.2), sconf, jax.random.key(0), samples=64) == 1.0
+    assert run.ais_step_scale is pilot.ais_step_scale  # the run package re-exports it
 
 
 def test_per_step_sizes_reproduce_the_sizes_and_one_update_moves_each_by_about_the_learning_rate():
@@ -315,7 +315,7 @@ def test_pilot_step_sizes_keep_ais_finite_and_accurate_where_the_fixed_step_dive
     # 0.05 × curvature 2500 ≫ 2: every trajectory blows up (NaN/inf weights) or is hopelessly off.
     finite = np.isfinite(fixed)
     assert finite.mean() < 0.01 or abs(stats.summarize(fixed).log_z) > 100
-    deltas = pilot.pilot_step_sizes(target, betas, key=jax.random.key(0))
+    deltas = pilot.curvature_step_sizes(target, betas, key=jax.random.key(0))
     log_w, _ = ais_estimate(target, deltas, jax.random.key(1), steps, num)
     assert np.all(np.isfinite(log_w))
     est = stats.summarize(log_w)
@@ -382,7 +382,7 @@ def test_on_the_brownian_motion_laplace_warns_and_vi_preconditioned_ais_is_withi
     assert target.log_z - 8.0 < fit.log_z < target.log_z + 0.1
     white = transforms.apply_initial(target, fit, precondition=True)
     steps = 64
-    deltas = pilot.pilot_step_sizes(white, np.asarray(schedules.betas(None, steps)), key=jax.random.key(1))
+    deltas = pilot.curvature_step_sizes(white, np.asarray(schedules.betas(None, steps)), key=jax.random.key(1))
     log_w, stats = ais_estimate(white, deltas, jax.random.key(2), steps, 4096)
     est = stats.summarize(log_w)
     assert np.all(np.isfinite(log_w)) and abs(est.log_z - target.log_z) < 1.0, est

@@ -24,6 +24,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("train", "smc"),
     ("record",),
     ("run",),
+    ("policy",),
     ("report",),
     ("cli", "__init__", "__main__", "_bundled"),
 ]
@@ -70,6 +71,65 @@ def test_no_import_climbs_a_floor(path):
     assert not climbs, f"{path.relative_to(SRC)} imports from a higher floor: " + "; ".join(climbs)
 
 
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the mcd_cli modules it imports (a name imported from a package resolves to its
+    submodule when there is one). Package `__init__`s are left out: they re-export their modules."""
+    modules = {
+        "mcd_cli." + ".".join(p.relative_to(SRC).with_suffix("").parts): p
+        for p in source_files() if p.name != "__init__.py"
+    }
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mcd_cli"):
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    edges.add(target if target in modules else node.module)
+            elif isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name.startswith("mcd_cli"))
+        graph[name] = {e for e in edges if e in modules and e != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """A cycle of `graph` (as its modules in order), or [] when there is none."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_no_two_modules_import_each_other_in_a_circle():
+    cycle = _cycle(_module_graph())
+    assert not cycle, "import circle: " + " -> ".join(cycle)
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself
+
+
+def test_at_most_eight_modules_sit_loose_at_the_top():
+    loose = sorted(p.name for p in SRC.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= 8, loose
+
+
 def test_a_climb_is_caught():
     """The check itself: `record` importing `run` would be flagged."""
     assert FLOOR[top("mcd_cli.run.plan")] > FLOOR[top("mcd_cli.record")]
@@ -78,8 +138,9 @@ def test_a_climb_is_caught():
 @pytest.mark.slow  # a minute under the profiler; the floors themselves are checked by every run
 def test_execute_climbs_back_at_most_ten_times(tmp_path):
     """Following a plan through `run.execute` (training with checkpoints and --save, SMC, importance
-    sampling) calls back up to a higher floor only through the few callbacks a lower floor is handed
-    (progress, checkpoint saving): distinct caller → callee pairs that climb, at most 10."""
+    sampling), and a default run through `policy.execute`, calls back up to a higher floor only
+    through the few callbacks a lower floor is handed (progress, checkpoint saving): distinct
+    caller → callee pairs that climb, at most 10 for each."""
     import sys
 
     import mcd_cli
@@ -111,6 +172,16 @@ def test_execute_climbs_back_at_most_ten_times(tmp_path):
     try:
         run.execute(smc_plan)
         run.execute(is_plan)
+    finally:
+        sys.setprofile(None)
+    assert len(climbs) <= 10, sorted(climbs)
+    # A default run (`mcd estimate TARGET`): the policy's stages, each a `run.execute`.
+    climbs.clear()
+    from mcd_cli import policy
+
+    sys.setprofile(profile)
+    try:
+        policy.execute(run.RunPlan(target, SamplerConfig(), TrainConfig(), num_samples=1024), policy.Policy())
     finally:
         sys.setprofile(None)
     assert len(climbs) <= 10, sorted(climbs)

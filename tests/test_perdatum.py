@@ -25,7 +25,8 @@ from mcd_cli.train import amortised
 from mcd_cli.path import annealing
 from mcd_cli.io import files
 from mcd_cli.kernels import score
-from mcd_cli.run import Policy, perdatum, smc_kernels
+from mcd_cli.policy import Policy, perdatum as policy_perdatum
+from mcd_cli.run import perdatum, smc_kernels
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError
 from mcd_cli.record import DatumRecord
@@ -575,10 +576,10 @@ def test_policy_escalates_on_the_pilot_data_and_reports_a_fresh_final_run(monkey
     calls = _stand_in(monkeypatch, lambda s: ("ok", None) if s.refine_steps > 15 else ("warn", "moves_barely_move"))
     target = linear_gaussian(6)
     plan = perdatum.PerDatumPlan(
-        target, SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024, policy=Policy()
+        target, SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024
     )
     rows: list[DatumRecord] = []
-    summary = perdatum.execute(plan, rows.append)
+    summary = policy_perdatum.execute(plan, Policy(), rows.append)
     stages = summary.policy["stages"]
     assert [(s["role"], s["effort"]["moves"]) for s in stages] == [("pilot", 15), ("pilot", 30), ("final", 30)]
     assert stages[0]["reason_codes"] == ["moves_barely_move"] and "more moves" in stages[0]["decision"]
@@ -593,9 +594,9 @@ def test_policy_per_datum_has_no_trained_rung(monkeypatch):
     """Reasons that only training would answer end the pilots: the final run takes the last effort."""
     _stand_in(monkeypatch, lambda s: ("warn", "few_populations"))
     plan = perdatum.PerDatumPlan(
-        linear_gaussian(2), SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024, policy=Policy()
+        linear_gaussian(2), SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024
     )
-    summary = perdatum.execute(plan, lambda rec: None)
+    summary = policy_perdatum.execute(plan, Policy(), lambda rec: None)
     stages = summary.policy["stages"]
     assert [s["role"] for s in stages] == ["pilot", "final"] and stages[0]["data_index"] == [0, 2]
     assert "nothing left to raise" in stages[0]["decision"] and not stages[1]["effort"]["trained"]
@@ -606,17 +607,17 @@ def test_policy_per_datum_resumes_its_final_run(monkeypatch, tmp_path):
     the logged data, and the records and summary are the uninterrupted run's."""
     _stand_in(monkeypatch, lambda s: ("ok", None))
     base = perdatum.PerDatumPlan(
-        linear_gaussian(5), SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024, policy=Policy()
+        linear_gaussian(5), SamplerConfig(), TrainConfig(), amortise=False, num_samples=1024
     )
     whole_rows: list[dict] = []
-    whole = perdatum.execute(base, lambda r: whole_rows.append(r.as_dict())).as_dict()
+    whole = policy_perdatum.execute(base, Policy(), lambda r: whole_rows.append(r.as_dict())).as_dict()
     plan = dataclasses.replace(base, checkpoint_dir=tmp_path / "ck")
     perdatum.validate(plan)
-    first = _interrupted_after_two(plan)
+    first = _interrupted_after_two(plan, Policy())
     resumed = dataclasses.replace(plan, resume=True)
     perdatum.validate(resumed)
     rest: list[dict] = []
-    summary = perdatum.execute(resumed, lambda r: rest.append(r.as_dict())).as_dict()
+    summary = policy_perdatum.execute(resumed, Policy(), lambda r: rest.append(r.as_dict())).as_dict()
     assert [r["datum"] for r in rest] == [2, 3, 4]
     assert first + rest == whole_rows
     drop = lambda r: {k: v for k, v in _volatile_free(r).items() if k != "policy"}  # noqa: E731
@@ -624,7 +625,7 @@ def test_policy_per_datum_resumes_its_final_run(monkeypatch, tmp_path):
     assert [s["counts"] for s in summary["policy"]["stages"]] == [s["counts"] for s in whole["policy"]["stages"]]
 
 
-def _interrupted_after_two(plan) -> list[dict]:
+def _interrupted_after_two(plan, policy=None) -> list[dict]:
     """Runs `plan` and presses Ctrl-C as the second datum's record comes in; the records made."""
     first: list[dict] = []
 
@@ -634,5 +635,8 @@ def _interrupted_after_two(plan) -> list[dict]:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        perdatum.execute(plan, stop_after_two)
+        if policy is None:
+            perdatum.execute(plan, stop_after_two)
+        else:
+            policy_perdatum.execute(plan, policy, stop_after_two)
     return first

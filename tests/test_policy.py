@@ -1,4 +1,4 @@
-"""The default estimation policy (`run.policy`): pilots choose the effort, a fresh run estimates.
+"""The default estimation policy (`mcd_cli.policy`): pilots choose the effort, a fresh run estimates.
 
 The decisions are tested with a stand-in for `execute` that returns scripted verdicts (no JAX), so
 every branch is exact; one end-to-end run checks the record and its reproducibility.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any, Optional
 
 import pytest
@@ -16,8 +17,9 @@ from conftest import records
 from mcd_cli import run
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import Interrupted, RunFailed, TooSlow
-from mcd_cli.run import defaults, pilots
-from mcd_cli.run import policy as pol
+from mcd_cli import policy as pol
+from mcd_cli.policy import forecasts, settings
+from mcd_cli.run import ADAPTIVE_SMC
 from mcd_cli.stats.reasons import Reason
 
 
@@ -51,10 +53,13 @@ class _Target:
     dim = 2
 
 
-def _plan(**policy) -> run.RunPlan:
-    return run.RunPlan(
-        target=_Target(), sconf=SamplerConfig(), tconf=TrainConfig(), num_samples=16384, policy=pol.Policy(**policy)
-    )
+def _plan() -> run.RunPlan:
+    return run.RunPlan(target=_Target(), sconf=SamplerConfig(), tconf=TrainConfig(), num_samples=16384)
+
+
+def _policy_run(execute_stage, clock=time.monotonic, **policy):
+    """The default policy on `_plan()` with `pol.Policy(**policy)`, its stages run by `execute_stage`."""
+    return pol.execute(_plan(), pol.Policy(**policy), run.NoProgress(), execute_stage, clock)
 
 
 def _script(*verdicts, seconds=1.0, clock=None, start=0.0):
@@ -93,13 +98,13 @@ class _Clock:
 
 def test_an_ok_pilot_is_followed_by_a_fresh_final_run_which_is_reported():
     execute_stage, calls = _script(("ok", 0.05, ()), ("warn", 0.03, ("ess_rough",)))
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     pilot, final = calls
     # Own keys for every stage; the final is reported with the verdict it earned, even if worse.
-    assert (pilot.stage, final.stage) == (0, 1) and pilot.policy is None and final.policy is None
+    assert (pilot.stage, final.stage) == (0, 1)
     assert rec.plan is final and rec.status == "warn"
     assert pilot.sconf.adaptive and pilot.sconf.backward == "ais" and pilot.tconf.iterations == 0
-    assert pilot.num_samples == defaults.PILOT_POPULATIONS * pilot.particles
+    assert pilot.num_samples == pol.PILOT_POPULATIONS * pilot.particles
     # the same effort; the final run replays a tuning population's temperatures (Ẑ unbiased),
     # the pilot adapts from its own particles
     assert dataclasses.replace(final.sconf, refine_tuning="particles") == pilot.sconf and final.num_samples == 16384
@@ -112,15 +117,15 @@ def test_an_ok_pilot_is_followed_by_a_fresh_final_run_which_is_reported():
 
 def test_the_final_run_grows_until_the_pilots_standard_error_reaches_max_se():
     execute_stage, calls = _script(("ok", 0.2, ()), ("ok", 0.1, ()))
-    pol.run_policy(_plan(max_se=0.1), run.NoProgress(), execute_stage)
+    _policy_run(execute_stage, max_se=0.1)
     pilot, final = calls
     need = pilot.num_samples * (0.2 / 0.1) ** 2  # SE falls as 1/sqrt(N)
     assert final.num_samples >= need and final.num_samples % pilot.particles == 0
     assert final.num_samples < need + pilot.particles
     # ...but never beyond the cap without a time limit.
     execute_stage, calls = _script(("ok", 5.0, ()), ("ok", 0.1, ()))
-    pol.run_policy(_plan(max_se=0.1), run.NoProgress(), execute_stage)
-    assert calls[1].num_samples == defaults.MAX_FINAL_FACTOR * 16384
+    _policy_run(execute_stage, max_se=0.1)
+    assert calls[1].num_samples == settings.MAX_FINAL_FACTOR * 16384
 
 
 def test_with_a_time_limit_the_final_run_grows_past_the_cap_as_far_as_the_time_left_allows():
@@ -128,16 +133,16 @@ def test_with_a_time_limit_the_final_run_grows_past_the_cap_as_far_as_the_time_l
     # at 1 s per 8,192 particles they take 25 s, and 400 s leave room: no learning is tried.
     clock = _Clock()
     execute_stage, calls = _script(("ok", 0.05, ()), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, time_limit=400.0, max_se=0.01)
     pilot, final = calls
-    assert final.num_samples == 204800 > defaults.MAX_FINAL_FACTOR * 16384 and final.sconf.adaptive
+    assert final.num_samples == 204800 > settings.MAX_FINAL_FACTOR * 16384 and final.sconf.adaptive
     assert "204800 particles for an SE of at most 0.01" in rec.policy["stages"][0]["decision"]
     # Where the time left does not reach max_se, the final run takes what fits (0.8 of the 399 s
     # left at 1 s per 8,192 particles), not a learning pilot: none measured beside an `ok` adaptive
     # pilot was used (docs/method.md, "The default policy", step 4).
     clock = _Clock()
     execute_stage, calls = _script(("ok", 0.05, ()), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.001), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, time_limit=400.0, max_se=0.001)
     assert len(calls) == 2 and calls[1].sconf.adaptive
     fits = int(0.8 * 399.0 * 8192) // pilot.particles * pilot.particles
     assert calls[1].num_samples == fits and f"cut to {fits} particles" in rec.policy["stages"][0]["decision"]
@@ -148,7 +153,7 @@ def test_only_an_ok_pilot_sizes_the_final_run():
     at `--samples` (or the pilot's size), not grown towards max_se from it."""
     bad = ("warn", 5.0, ("pareto_k_warn",))
     execute_stage, calls = _script(*[bad] * 4, ("warn", 5.0, ()))
-    pol.run_policy(_plan(max_se=0.1), run.NoProgress(), execute_stage)
+    _policy_run(execute_stage, max_se=0.1)
     stages = [c.stage for c in calls]
     assert stages == list(range(len(calls))) and calls[-1].num_samples == max(16384, calls[-2].num_samples)
 
@@ -168,7 +173,7 @@ def test_only_an_ok_pilot_sizes_the_final_run():
 )
 def test_each_family_of_reasons_raises_its_own_part_of_the_effort(codes, changed):
     execute_stage, calls = _script(("warn", 0.05, codes), ("ok", 0.05, ()), ("ok", 0.05, ()))
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     first, second = (pol.Effort(**s["effort"]) for s in rec.policy["stages"][:2])
     differ = {f.name for f in dataclasses.fields(first) if getattr(first, f.name) != getattr(second, f.name)}
     assert differ == changed
@@ -178,14 +183,14 @@ def test_each_family_of_reasons_raises_its_own_part_of_the_effort(codes, changed
 def test_a_small_population_grows_once_its_moves_are_at_their_cap():
     """The moves double to their cap, then grow longer (the last rung); only then does the population grow."""
     codes = {"genealogy_collapsed", "not_at_equilibrium"}
-    mixing = pol.Effort(defaults.POLICY_MAX_MOVES // 2, 0.5, 2048)
+    mixing = pol.Effort(settings.MAX_MOVES // 2, 0.5, 2048)
     raised, _ = pol.escalate(mixing, codes, _plan())
-    assert (raised.moves, raised.leapfrog, raised.population) == (defaults.POLICY_MAX_MOVES, 3, 2048)
+    assert (raised.moves, raised.leapfrog, raised.population) == (settings.MAX_MOVES, 3, 2048)
     raised, why = pol.escalate(raised, codes, _plan())
-    assert (raised.moves, raised.leapfrog, raised.population) == (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG, 2048)
+    assert (raised.moves, raised.leapfrog, raised.population) == (settings.LONG_MOVES, settings.LONG_LEAPFROG, 2048)
     assert "longer moves" in why
     raised, why = pol.escalate(raised, codes, _plan())
-    assert (raised.moves, raised.leapfrog, raised.population) == (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG, 4096)
+    assert (raised.moves, raised.leapfrog, raised.population) == (settings.LONG_MOVES, settings.LONG_LEAPFROG, 4096)
     assert "larger" in why
 
 
@@ -211,7 +216,7 @@ def test_stuck_particles_once_transported_raise_nothing_but_do_not_stop_the_othe
     assert pol.escalate(pol.Effort(15, 0.5, 2048), {"moves_stuck"}, _plan(), can_transport=False)[0] is None
     raised, _ = pol.escalate(first, {"moves_stuck", "moves_barely_move"}, _plan())
     assert (raised.moves, raised.trained, raised.transport) == (30, False, True)
-    long = pol.Effort(15, 0.5, 2048, leapfrog=defaults.POLICY_LEAPFROG, transport=True)
+    long = pol.Effort(15, 0.5, 2048, leapfrog=settings.LONG_LEAPFROG, transport=True)
     raised, why = pol.escalate(long, {"moves_stuck", "moves_barely_move"}, _plan())
     assert raised is None and "stuck" in why
 
@@ -227,7 +232,7 @@ def test_the_effort_carries_the_leapfrog_steps_into_the_run_and_its_description(
     assert (sconf.refine_steps, sconf.leapfrog) == (15, 15)
     assert long.describe() == "adaptive SMC, 15 moves of 15 leapfrog steps, ESS 0.5, populations of 2048"
     assert long.gradients() == 225 and dataclasses.replace(long, trained=True).gradients() == 1
-    # Moves already long (--leapfrog at least POLICY_LEAPFROG) are the last rung: trained kernels next.
+    # Moves already long (--leapfrog at least settings.LONG_LEAPFROG) are the last rung: trained kernels next.
     raised, why = pol.escalate(long, {"moves_barely_move"}, _plan())
     assert raised.trained and "trained kernels" in why
 
@@ -239,7 +244,7 @@ def test_a_time_limit_counts_the_gradients_of_longer_moves():
     bad = ("warn", 0.05, ("moves_barely_move",))
     execute_stage, calls = _script(bad, bad, bad, clock=clock, seconds=10.0)
     # (the stand-in takes 10 s per 8192 particles whatever the effort: 40 s hold the first two pilots)
-    rec = pol.run_policy(_plan(time_limit=40.0), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, time_limit=40.0)
     assert [(c.sconf.refine_steps, c.sconf.leapfrog) for c in calls] == [(15, 3), (30, 3)]
     assert rec.policy["stopped"] == "time_limit"
 
@@ -259,13 +264,13 @@ def test_moves_that_stop_mixing_better_go_to_trained_kernels(second, then):
         calls.append(plan)
         return dataclasses.replace(verdicts[min(len(calls), 3) - 1], plan=plan)
 
-    pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    _policy_run(execute_stage)
     moves = [c.sconf.refine_steps for c in calls[:3]]
-    assert moves[:2] == [defaults.POLICY_START["refine_steps"], 2 * defaults.POLICY_START["refine_steps"]]
+    assert moves[:2] == [ADAPTIVE_SMC.refine_steps, 2 * ADAPTIVE_SMC.refine_steps]
     if then == "trained":
         assert calls[2].sconf.backward == "mcd" and not calls[2].sconf.adaptive
     else:
-        assert calls[2].sconf.adaptive and (moves[2], calls[2].sconf.leapfrog) == (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG)
+        assert calls[2].sconf.adaptive and (moves[2], calls[2].sconf.leapfrog) == (settings.LONG_MOVES, settings.LONG_LEAPFROG)
 
 
 @pytest.mark.parametrize("third, stuck", [(0.45, True), (0.1, False)])
@@ -281,16 +286,16 @@ def test_moves_that_twice_as_many_would_leave_barely_moving_grow_longer_at_once(
         calls.append(plan)
         return dataclasses.replace(verdicts[len(calls) - 1], plan=plan)
 
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     assert [(c.sconf.refine_steps, c.sconf.leapfrog) for c in calls[:2]] == [
-        (defaults.POLICY_START["refine_steps"], 3), (defaults.POLICY_LONG_MOVES, defaults.POLICY_LEAPFROG),
+        (ADAPTIVE_SMC.refine_steps, 3), (settings.LONG_MOVES, settings.LONG_LEAPFROG),
     ]
     assert "longer moves (15 of 15 leapfrog steps)" in rec.policy["stages"][0]["decision"]
     assert rec.policy["stages"][1]["method"] == "adaptive SMC, 15 moves of 15 leapfrog steps, ESS 0.5, populations of 2048"
     assert calls[2].sconf.backward == "mcd" and not calls[2].sconf.adaptive
     assert ("more moves stopped helping" in rec.policy["stages"][1]["decision"]) == stuck
     # 0.5 (0.25 after doubling) doubles the moves, as the test above shows.
-    assert pilots.doubling_too_short(_barely(0.64)) and not pilots.doubling_too_short(_barely(0.5))
+    assert forecasts.doubling_too_short(_barely(0.64)) and not forecasts.doubling_too_short(_barely(0.5))
 
 
 @pytest.mark.parametrize("z, escalated", [(2.0, True), (1.6, False)])
@@ -305,7 +310,7 @@ def test_an_ok_pilot_whose_drift_the_final_size_would_show_raises_the_moves(z, e
         calls.append(plan)
         return dataclasses.replace(ok, plan=plan, smc=({"stationarity_z": z if len(calls) == 1 else 0.1},))
 
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     roles = [s["role"] for s in rec.policy["stages"]]
     assert roles == (["pilot", "pilot", "final"] if escalated else ["pilot", "final"])
     if escalated:
@@ -318,7 +323,7 @@ def test_heavy_tails_at_their_caps_go_to_the_final_run_not_to_trained_kernels():
     after that the final run is made at that effort: training is no rung for heavy tails."""
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, warn, warn, warn)
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "pilot", "final"]
     assert [c.sconf.target_ess for c in calls] == [0.5, 0.7, 0.9, 0.9]
     assert all(c.sconf.adaptive for c in calls)
@@ -335,7 +340,7 @@ def test_tails_that_more_temperatures_do_not_lighten_stop_the_escalation():
         calls.append(plan)
         return dataclasses.replace(ok, plan=plan, smc=({"pareto_k_populations": [0.45, 0.44, 0.46, 0.45]},))
 
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "final"]
     assert [c.sconf.target_ess for c in calls] == [0.5, 0.7, 0.7]
     assert "nothing left to raise in adaptive SMC" in rec.policy["stages"][1]["decision"]
@@ -347,7 +352,7 @@ def test_an_ok_final_run_at_an_effort_whose_pilot_was_unreliable_is_not_ok(pilot
     comes out `ok`: it is reported `warn`, with the reason `effort_unreliable` and its SE. A pilot
     that was only `warn` leaves the final run's verdict as it is."""
     execute_stage, calls = _script((pilot, None, ("pareto_k_high",)), ("ok", 0.05, ()))
-    rec = pol.run_policy(_plan(max_pilots=1), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage, max_pilots=1)
     assert rec.status == reported and rec.log_z_stderr == 0.05
     assert ("effort_unreliable" in {r.code for r in rec.combined.reasons}) == (pilot == "unreliable")
     assert rec.policy["stages"][-1]["status"] == reported
@@ -364,7 +369,7 @@ def test_a_margin_never_sends_an_ok_pilot_to_trained_kernels():
         calls.append(plan)
         return dataclasses.replace(ok, plan=plan, smc=({"stationarity_z": 2.0},))
 
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot", "pilot", "final"]
     assert [(c.sconf.refine_steps, c.sconf.leapfrog) for c in calls] == [(15, 3), (30, 3), (15, 15), (15, 15)]
     assert all(c.sconf.adaptive and c.tconf.iterations == 0 for c in calls)
@@ -383,23 +388,23 @@ def test_an_ok_pilot_whose_tails_predict_a_warning_raises_the_temperatures(ks, e
         calls.append(plan)
         return dataclasses.replace(ok, plan=plan, smc=({"pareto_k_populations": list(ks) if len(calls) == 1 else [0.1] * 4},))
 
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     roles = [s["role"] for s in rec.policy["stages"]]
     assert roles == (["pilot", "pilot", "final"] if escalated else ["pilot", "final"])
     if escalated:
         assert calls[1].sconf.target_ess > calls[0].sconf.target_ess and calls[1].particles == 2 * calls[0].particles
         assert "chance of all ≤ 0.5" in rec.policy["stages"][0]["decision"]
-    p = pilots.tail_pass_probability(dataclasses.replace(ok, smc=({"pareto_k_populations": list(ks)},)), 4, 4096)
-    assert (p < pilots.PILOT_TAIL_PASS) == escalated
+    p = forecasts.tail_pass_probability(dataclasses.replace(ok, smc=({"pareto_k_populations": list(ks)},)), 4, 4096)
+    assert (p < settings.TAIL_PASS) == escalated
     # A perfect proposal's equal weights (k̂ −inf) count as k = 0; nothing finite: no prediction.
     perfect = dataclasses.replace(ok, smc=({"pareto_k_populations": [float("-inf")] * 4},))
-    assert pilots.tail_pass_probability(perfect, 8, 2048) == pytest.approx(1.0)
-    assert pilots.tail_pass_probability(ok, 4, 2048) is None
+    assert forecasts.tail_pass_probability(perfect, 8, 2048) == pytest.approx(1.0)
+    assert forecasts.tail_pass_probability(ok, 4, 2048) is None
 
 
 def test_reasons_nothing_can_raise_lead_to_trained_kernels_and_then_to_the_final_run():
     execute_stage, calls = _script(("warn", 0.05, ("few_populations",)), ("warn", 0.05, ()), ("warn", 0.05, ()))
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     assert calls[0].sconf.adaptive
     assert calls[1].sconf.backward == "mcd" and calls[1].tconf.iterations > 0 and not calls[1].sconf.adaptive
     # Nothing left after trained kernels: the final run is made at that effort, and reported.
@@ -412,7 +417,7 @@ def test_reasons_nothing_can_raise_lead_to_trained_kernels_and_then_to_the_final
 def test_the_pilots_are_capped_and_the_last_effort_is_used_for_the_final_run():
     bad = ("unreliable", None, ("not_at_equilibrium",))
     execute_stage, calls = _script(*[bad] * 3, ("ok", 0.05, ()))
-    rec = pol.run_policy(_plan(max_pilots=3), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage, max_pilots=3)
     assert [s["role"] for s in rec.policy["stages"]] == ["pilot"] * 3 + ["final"]
     assert calls[3].sconf == dataclasses.replace(calls[2].sconf, refine_tuning="pilot")
 
@@ -422,7 +427,7 @@ def test_a_time_limit_stops_between_stages_and_reports_the_finished_ones():
     bad = ("warn", 0.05, ("not_at_equilibrium",))
     execute_stage, calls = _script(bad, bad, bad, clock=clock, seconds=10.0)
     # The first pilot (8192 particles, 15 moves) takes 10 s; the second would take twice that.
-    rec = pol.run_policy(_plan(time_limit=25.0), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, time_limit=25.0)
     assert len(calls) == 1
     assert rec.policy["stopped"] == "time_limit" and rec.policy["reported_stage"] == 0
     assert "stopped (time_limit) before a final run" in rec.policy["stages"][0]["decision"]
@@ -431,7 +436,7 @@ def test_a_time_limit_stops_between_stages_and_reports_the_finished_ones():
 def test_a_time_limit_cuts_the_final_run_to_what_fits():
     clock = _Clock()
     execute_stage, calls = _script(("ok", 0.05, ()), ("ok", 0.05, ()), clock=clock, seconds=10.0)
-    rec = pol.run_policy(_plan(time_limit=30.0), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, time_limit=30.0)
     final = calls[1]
     # 20 s left at 10 s per 8192 particles, with a 20 % margin: 13,107 particles, in whole populations.
     assert final.num_samples == 13107 // final.particles * final.particles < 16384
@@ -443,13 +448,13 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_is_not_ok_and_
     # The one adaptive pilot allowed is `warn`; the learned pilot is `ok`, its SE 0.02 at 8,192.
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("ok", 0.02, (), 600), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, learn=True, time_limit=400.0, max_se=0.01, max_pilots=1)
     adaptive, learning, final = calls
     # The adaptive pilot took 1 s and predicts 2 s for its final run (16,384 particles: a pilot that
     # is not `ok` does not size it): 397 s to spare, half of it to train.
     assert adaptive.sconf.adaptive and learning.train_seconds == pytest.approx(0.5 * 397.0)
     assert not learning.sconf.adaptive and learning.sconf.backward == "mcd" and learning.tconf.train_with == "is"
-    assert learning.sconf.resample > 0 and learning.tconf.iterations == defaults.POLICY_LEARN_MAX_ITERATIONS
+    assert learning.sconf.resample > 0 and learning.tconf.iterations == settings.LEARN_MAX_ITERATIONS
     # Its schedule starts where adaptive tempered SMC put its temperatures, and is learned from there.
     assert learning.sconf.schedule == "tempered" and learning.sconf.learn_schedule
     # The final run reuses the learning pilot's kernels and names the updates they had: its config
@@ -472,7 +477,7 @@ def test_without_learn_the_time_to_spare_is_not_spent_and_the_decision_says_what
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, time_limit=400.0, max_se=0.01, max_pilots=1)
     adaptive, final = calls
     assert adaptive.sconf.adaptive and final.sconf.adaptive and final.train_seconds is None and final.stage == 1
     stages = rec.policy["stages"]
@@ -485,7 +490,7 @@ def test_without_learn_the_time_to_spare_is_not_spent_and_the_decision_says_what
 @pytest.mark.parametrize(
     "learning, why",
     [
-        (("ok", 0.02, (), defaults.POLICY_LEARN_MIN_UPDATES - 50), "fewer than"),
+        (("ok", 0.02, (), settings.LEARN_MIN_UPDATES - 50), "fewer than"),
         (("warn", 0.02, ("pareto_k_warn",), 900), "pilot warn after 900 updates (not ok)"),
         (("failed", None, ()), "learning failed"),
     ],
@@ -494,7 +499,7 @@ def test_learned_kernels_are_used_only_after_enough_updates_and_an_ok_pilot(lear
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, learning, ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_se=0.01, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, learn=True, time_limit=400.0, max_se=0.01, max_pilots=1)
     final = calls[-1]
     # The adaptive final run is the one a run without time to spare would make (the same size).
     assert final.sconf.adaptive and final.train_stage is None and final.num_samples == 16384
@@ -505,11 +510,11 @@ def test_learning_too_slow_to_make_its_updates_stops_early_and_the_final_run_is_
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("slow", None, ()), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, learn=True, time_limit=400.0, max_pilots=1)
     adaptive, learning, final = calls
     # The learning pilot is asked for the updates its kernels need to be used, and stops without an
     # estimate when its rate says it cannot make them: no stage of it, the adaptive final run.
-    assert learning.train_min_updates == defaults.POLICY_LEARN_MIN_UPDATES and learning.train_seconds > 0
+    assert learning.train_min_updates == settings.LEARN_MIN_UPDATES and learning.train_seconds > 0
     assert adaptive.train_min_updates is None and final.train_min_updates is None
     assert final.sconf.adaptive and final.train_stage is None and final.num_samples == 16384
     stages = rec.policy["stages"]
@@ -575,7 +580,7 @@ def test_an_ok_learned_pilot_replaces_an_adaptive_effort_that_is_not_ok():
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("ok", 0.08, (), 900), ("ok", 0.05, ()), clock=clock)
-    rec = pol.run_policy(_plan(learn=True, time_limit=200.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, learn=True, time_limit=200.0, max_pilots=1)
     final = calls[-1]
     assert not final.sconf.adaptive and final.train_stage == 1 and final.tconf.iterations == 900
     assert rec.policy["stages"][0]["decision"].endswith("adaptive SMC's pilot is warn; time to spare: first MCD "
@@ -585,7 +590,7 @@ def test_an_ok_learned_pilot_replaces_an_adaptive_effort_that_is_not_ok():
 @pytest.mark.parametrize("ks, used", [((0.42, 0.35, 0.4, 0.38), True), ((0.5, 0.4, 0.47, 0.45), False)])
 def test_a_learned_pilots_tails_are_judged_by_the_verdicts_rule(ks, used):
     """A learned pilot's populations' k̂ predict its final run by the verdict's rule, the mean of the
-    final populations' k̂ at or below 0.5 (`pilots.mean_tail_pass_probability`), not by the adaptive
+    final populations' k̂ at or below 0.5 (`forecasts.mean_tail_pass_probability`), not by the adaptive
     effort's stricter one (every population): at a mean of 0.39 the final run's 8 populations of
     2,048 would keep every k̂ at or below 0.5 17 % of the time, and their mean 94 %; at a mean of
     0.455 their mean passes 72 % of the time, under the 80 % margin."""
@@ -597,11 +602,11 @@ def test_a_learned_pilots_tails_are_judged_by_the_verdicts_rule(ks, used):
         record = execute_stage(plan, progress)
         return dataclasses.replace(record, smc=({"pareto_k_populations": list(ks)},)) if len(calls) == 2 else record
 
-    rec = pol.run_policy(_plan(learn=True, time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
+    rec = _policy_run(with_tails, clock=clock, learn=True, time_limit=200.0, max_pilots=1)
     final, learned = calls[-1], dataclasses.replace(_Record(0.0, 0.05, "ok", _Combined(())), smc=({"pareto_k_populations": list(ks)},))
     populations = final.num_samples // final.particles
-    assert (pilots.mean_tail_pass_probability(learned, populations, final.particles) >= pilots.PILOT_TAIL_PASS) == used
-    assert pilots.tail_pass_probability(learned, populations, final.particles) < pilots.PILOT_TAIL_PASS
+    assert (forecasts.mean_tail_pass_probability(learned, populations, final.particles) >= settings.TAIL_PASS) == used
+    assert forecasts.tail_pass_probability(learned, populations, final.particles) < settings.TAIL_PASS
     assert (not final.sconf.adaptive and final.train_stage == 1) == used
     if not used:
         assert "chance of their mean ≤ 0.5" in rec.policy["stages"][1]["decision"]
@@ -623,7 +628,7 @@ def test_an_ok_adaptive_pilot_whose_tails_miss_the_margin_is_a_shortfall_to_lear
         ks = adaptive_ks if len(calls) == 1 else (0.35, 0.3, 0.4, 0.33)
         return dataclasses.replace(record, smc=({"pareto_k_populations": list(ks)},))
 
-    rec = pol.run_policy(_plan(learn=True, time_limit=200.0, max_pilots=1), run.NoProgress(), with_tails, clock=clock)
+    rec = _policy_run(with_tails, clock=clock, learn=True, time_limit=200.0, max_pilots=1)
     stages = rec.policy["stages"]
     if learns:
         assert [s["role"] for s in stages] == ["pilot", "pilot", "final"] and calls[1].train_seconds > 0
@@ -636,7 +641,7 @@ def test_an_ok_adaptive_pilot_whose_tails_miss_the_margin_is_a_shortfall_to_lear
         assert [s["role"] for s in stages] == ["pilot", "final"] and calls[1].sconf.adaptive
     # Without a time limit nothing is learned, whatever the tails.
     execute_stage, calls = _script(ok, ok)
-    pol.run_policy(_plan(learn=True, max_pilots=1), run.NoProgress(), with_tails)
+    _policy_run(with_tails, learn=True, max_pilots=1)
     assert len(calls) == 2 and calls[1].sconf.adaptive
 
 
@@ -649,7 +654,7 @@ def test_learned_kernels_that_leave_no_time_for_their_final_run_give_way_to_the_
     # 1 s per 8,192 particles; the learning pilot's 3,975 updates take 397.5 s, and with its 1 s of
     # estimating leave 0.5 s of the 400 s limit: 3,276 particles with the 20 % margin, under 8,192.
     execute_stage, calls = _script(warn, ("ok", 0.02, (), 3975), ("ok", 0.01, ()), clock=clock)
-    rec = pol.run_policy(_plan(learn=True, time_limit=400.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, learn=True, time_limit=400.0, max_pilots=1)
     stages = rec.policy["stages"]
     assert "no time left for a final run with these kernels: the final run is the adaptive one" in stages[1]["decision"]
     # Nor is there for the adaptive one: the policy stops, and reports what it has.
@@ -666,7 +671,7 @@ def test_a_learned_final_run_is_sized_by_the_learning_pilots_estimating_time_not
     clock = _Clock()
     warn = ("warn", 0.05, ("pareto_k_warn",))
     execute_stage, calls = _script(warn, ("ok", 0.2, (), 2400), ("ok", 0.01, ()), clock=clock, start=30.0)
-    rec = pol.run_policy(_plan(learn=True, time_limit=313.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    rec = _policy_run(execute_stage, clock=clock, learn=True, time_limit=313.0, max_pilots=1)
     final = calls[-1]
     assert not final.sconf.adaptive and final.train_stage == 1
     # The learned pilot's SE 0.2 at 8,192 asks 8,192 · (0.2 / 0.0354)² = 262,144 for the adaptive final run's SE.
@@ -676,30 +681,30 @@ def test_a_learned_final_run_is_sized_by_the_learning_pilots_estimating_time_not
 def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow():
     ok, tight = ("ok", 0.05, ()), {"max_se": 0.01}
     execute_stage, calls = _script(ok, ok)
-    pol.run_policy(_plan(learn=True, **tight), run.NoProgress(), execute_stage)
+    _policy_run(execute_stage, learn=True, **tight)
     assert len(calls) == 2 and calls[1].sconf.adaptive  # no limit: the policy's time is as before
     clock = _Clock()  # adaptive SMC reaches the default max_se: nothing to learn for
     execute_stage, calls = _script(ok, ok, clock=clock)
-    pol.run_policy(_plan(learn=True, time_limit=600.0), run.NoProgress(), execute_stage, clock=clock)
+    _policy_run(execute_stage, clock=clock, learn=True, time_limit=600.0)
     assert len(calls) == 2 and calls[1].sconf.adaptive
     clock = _Clock()  # a standard error above max_se is grown into the time, not learned for
     execute_stage, calls = _script(ok, ok, clock=clock)
-    pol.run_policy(_plan(learn=True, time_limit=600.0, max_se=0.001), run.NoProgress(), execute_stage, clock=clock)
+    _policy_run(execute_stage, clock=clock, learn=True, time_limit=600.0, max_se=0.001)
     assert len(calls) == 2 and calls[1].sconf.adaptive
     warn = ("warn", 0.05, ("pareto_k_warn",))
-    clock = _Clock()  # 60 s: 57 to spare, 28.5 to train, less than POLICY_LEARN_MIN_SECONDS
+    clock = _Clock()  # 60 s: 57 to spare, 28.5 to train, less than settings.LEARN_MIN_SECONDS
     execute_stage, calls = _script(warn, ok, clock=clock)
-    pol.run_policy(_plan(learn=True, time_limit=60.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    _policy_run(execute_stage, clock=clock, learn=True, time_limit=60.0, max_pilots=1)
     assert len(calls) == 2 and calls[1].sconf.adaptive
     clock = _Clock()  # 70 s: 67 to spare, 33.5 to train (400 updates of 0.1 s)
-    execute_stage, calls = _script(warn, ("ok", 0.05, (), defaults.POLICY_LEARN_MIN_UPDATES), ok, clock=clock)
-    pol.run_policy(_plan(learn=True, time_limit=70.0, max_pilots=1), run.NoProgress(), execute_stage, clock=clock)
+    execute_stage, calls = _script(warn, ("ok", 0.05, (), settings.LEARN_MIN_UPDATES), ok, clock=clock)
+    _policy_run(execute_stage, clock=clock, learn=True, time_limit=70.0, max_pilots=1)
     assert len(calls) == 3 and calls[1].train_seconds == pytest.approx(33.5) and calls[2].train_stage == 1
     # Through a fitted flow the flow alone did better than kernels learned in it.
     clock = _Clock()
     stuck = ("warn", 0.05, ("moves_stuck",))
     execute_stage, calls = _script(stuck, warn, ok, clock=clock)
-    pol.run_policy(_plan(learn=True, time_limit=600.0, max_pilots=2), run.NoProgress(), execute_stage, clock=clock)
+    _policy_run(execute_stage, clock=clock, learn=True, time_limit=600.0, max_pilots=2)
     assert len(calls) == 3 and calls[2].sconf.init == "flow" and calls[2].sconf.adaptive
 
 
@@ -724,7 +729,7 @@ def test_a_time_bounded_training_stops_at_a_chunk_and_its_count_reproduces_it():
 
 def test_a_learned_final_run_shares_its_pilots_tempered_start_and_kernels(monkeypatch):
     """The learning pilot's schedule starts where adaptive tempered SMC put its temperatures
-    (`POLICY_LEARNED`: `--schedule tempered`); its final run (`train_stage`) reuses that start (the
+    (`LEARNED_MCD`: `--schedule tempered`); its final run (`train_stage`) reuses that start (the
     stages share one per initial distribution and schedule start) and the kernels it trained.
     (`tempered_betas` itself: tests/test_tempered_start.py; here a stand-in counts its calls.)"""
     import importlib
@@ -762,12 +767,12 @@ def test_a_learned_final_run_shares_its_pilots_tempered_start_and_kernels(monkey
 
 def test_ctrl_c_after_a_finished_stage_keeps_it_and_says_so():
     execute_stage, calls = _script(("warn", 0.05, ("ess_rough",)), ("interrupt", None, ()))
-    rec = pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+    rec = _policy_run(execute_stage)
     assert rec.policy["stopped"] == "interrupted" and rec.status == "warn" and rec.plan is calls[0]
     # Before any stage finished there is nothing to keep: the interrupt goes on up.
     execute_stage, _ = _script(("interrupt", None, ()))
     with pytest.raises(Interrupted):
-        pol.run_policy(_plan(), run.NoProgress(), execute_stage)
+        _policy_run(execute_stage)
 
 
 def test_durations_and_policy_values_are_checked():

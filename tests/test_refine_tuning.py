@@ -1,4 +1,4 @@
-"""The refinement tuned on a pilot population and then frozen (`--refine-tuning pilot`): the
+"""The refinement tuned on a tuning population and then frozen (`--refine-tuning pilot`): the
 frozen parameters are used exactly as given, the tuning a run records is what its adaptation had,
 the run layer's pilot has its own key, and Ẑ stays unbiased."""
 
@@ -174,7 +174,7 @@ def test_the_record_says_how_the_refinement_was_tuned(mcd, gauss_yaml):
 def test_frozen_refinement_is_unbiased_where_adaptation_biases():
     """gauss_narrow, d = 20, ULA-MCD after 300 updates (K = 32): kernels poor enough that adapting
     the refinement from each population's particles biases Ẑ (benchmarks/results/estimators.md,
-    refine_adaptation: e^+3.8 at K = 64 with populations of 256). Tuned on a pilot population and
+    refine_adaptation: e^+3.8 at K = 64 with populations of 256). Tuned on a tuning population and
     frozen, 64 populations of 4,096 give E[Ẑ/Z] = 1 within 3 standard errors (measured: 0.97 ± 0.16;
     adapted from the particles, same runs: 1.52 ± 0.29, log Ẑ/Z biased upwards)."""
     from mcd_cli.train import loop as training

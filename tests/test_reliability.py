@@ -358,7 +358,7 @@ def test_ctrl_c_while_estimating_keeps_the_finished_training(mcd, gauss_yaml, tm
         raise KeyboardInterrupt
 
     directory = tmp_path / "ckpt"
-    # Fixed step sizes: the pilot's AIS check (run.pilot_scale) also draws log weights before training.
+    # Fixed step sizes: the pilot's AIS check (run.ais_step_scale) also draws log weights before training.
     args = ["estimate", gauss_yaml, *TINY, "--iterations", "2", "--step-size", "0.05", "--checkpoint", directory,
             "--checkpoint-every", "0"]
     with monkeypatch.context() as patch:

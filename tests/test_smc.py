@@ -447,6 +447,42 @@ def test_next_beta_hits_the_target_conditional_ess():
     assert float(smc.next_beta(beta, log_w, 1e-6 * log_like, 0.5)) == 1.0  # flat likelihood: one step
 
 
+@pytest.mark.parametrize("config", [
+    SamplerConfig(sampler="uha", backward="ais", steps=4, resample=0.9, refine="mala"),
+    SamplerConfig(backward="ais", adaptive=True, refine="hmc", leapfrog=2, resample=0.5, max_steps=16),
+], ids=["fixed", "adaptive"])
+def test_every_kernel_is_init_and_step_and_the_loop_only_steps_it(config):
+    """One contract (`smc.SMCKernel`): `init(key, num)` gives the population at β = 0, step 0, and
+    `step(key, population) -> (population, StepInfo)` moves it on; stepped by hand with the loop's
+    keys (`smc.loop`'s docstring), the kernel is the run."""
+    num = 32
+    params = annealing.init_params(jax.random.key(0), TARGET, config)
+    kernels, settings = smc_kernels(config)
+    path = annealing.annealed_path(params.path, TARGET, config)
+    evaluate = jax.value_and_grad(TARGET.log_density)
+    if config.adaptive:
+        kernel = smc.tempering.build_kernel(kernels, path, evaluate, DIM, settings)
+    else:
+        kernel = smc.step.build_kernel(kernels, params, path, evaluate, DIM, settings)
+    key_init, key_steps = jax.random.split(jax.random.key(4))
+    pop = kernel.init(key_init, num)
+    assert float(pop.beta) == 0.0 and int(pop.steps) == 0 and pop.log_w.shape == (num,)
+    step = jax.jit(kernel.step)
+    keys = jax.random.split(key_steps, config.steps)
+    betas = []
+    while float(pop.beta) < 1.0 and int(pop.steps) < settings.max_steps:
+        k = int(pop.steps)
+        pop, info = step(jax.random.fold_in(key_steps, k) if config.adaptive else keys[k], pop)
+        assert int(pop.steps) == k + 1 and float(pop.beta) == float(info.beta)
+        betas.append(float(info.beta))
+    assert betas == sorted(betas) and len(betas) >= 2
+    out = jax.jit(lambda key: smc.run(key, params, path, TARGET, num, kernels, settings))(jax.random.key(4))
+    assert int(out.steps) == int(pop.steps)
+    np.testing.assert_allclose(np.asarray(out.trace.beta)[: len(betas)], betas, rtol=1e-6)
+    np.testing.assert_allclose(out.log_w, pop.log_w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.particles, pop.states.position, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.slow
 def test_adaptive_tempering_hits_the_target_ess_and_estimates_log_z():
     config = SamplerConfig(backward="ais", adaptive=True, refine="hmc", leapfrog=2, resample=1.0, target_ess=0.6)

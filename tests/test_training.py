@@ -10,7 +10,7 @@ from jax.scipy.special import logsumexp
 from jax.scipy.stats import norm
 
 from mcd_cli.path import annealing
-from mcd_cli.train import loop as training
+from mcd_cli.train import loop as training, stopping
 from mcd_cli.stats import Estimate, combine, summarize
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.targets.base import Target
@@ -223,17 +223,17 @@ def test_plateau_rule_on_synthetic_curves():
     window = 50
     noise = rng.normal(size=2 * window)
     # Flat: stops. Rising by 1 per window against unit noise (gain 1 > 2 × 0.2): goes on.
-    assert training.plateaued(noise, 2 * window, window)
-    assert not training.plateaued(noise + np.repeat([0.0, 1.0], window), 2 * window, window)
+    assert stopping.plateaued(noise, 2 * window, window)
+    assert not stopping.plateaued(noise + np.repeat([0.0, 1.0], window), 2 * window, window)
     # Too few updates, or a window mostly skipped: no decision yet.
-    assert not training.plateaued(noise, 2 * window - 1, window)
+    assert not stopping.plateaued(noise, 2 * window - 1, window)
     skipped = noise.copy()
     skipped[window : window + 30] = np.nan
-    assert not training.plateaued(skipped, 2 * window, window)
+    assert not stopping.plateaued(skipped, 2 * window, window)
     # The ring buffer is read in iteration order: update i sits at i mod 2W.
     rising = np.repeat([0.0, 5.0], window) + 0.1 * noise
-    assert not training.plateaued(rising, 2 * window, window)
-    assert training.plateaued(np.roll(rising, window), 2 * window, window)  # the "new" half is now lower
+    assert not stopping.plateaued(rising, 2 * window, window)
+    assert stopping.plateaued(np.roll(rising, window), 2 * window, window)  # the "new" half is now lower
 
 
 def test_training_stops_when_the_elbo_plateaus():

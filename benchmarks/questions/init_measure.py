@@ -28,7 +28,7 @@ from mcd_cli import stats
 from mcd_cli.path import annealing
 from mcd_cli.path import schedules
 from mcd_cli.init import laplace, vi
-from mcd_cli.path.step_sizes import pilot_step_sizes
+from mcd_cli.path.step_sizes import curvature_step_sizes
 from mcd_cli.targets.transforms import apply_initial
 from common import RESULTS
 from mcd_cli.config import SamplerConfig
@@ -74,7 +74,7 @@ def prepare(name: str, target, key, steps: int):
         raise ValueError(name)
     fit_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    deltas = pilot_step_sizes(sampled, betas, key=k_pilot)
+    deltas = curvature_step_sizes(sampled, betas, key=k_pilot)
     record = {"fit_seconds": fit_seconds, "pilot_seconds": time.perf_counter() - start}
     record["step_sizes_first_mid_last"] = [float(deltas[0]), float(deltas[len(deltas) // 2]), float(deltas[-1])]
     if fit is not None:

@@ -54,7 +54,7 @@ from common import RESULTS, ResultFile, log, write_rendered  # noqa: E402
 from mcd_cli import run  # noqa: E402
 from mcd_cli.train import loop as training  # noqa: E402
 from mcd_cli.config import SamplerConfig, TrainConfig, hidden_for  # noqa: E402
-from mcd_cli.run.defaults import POLICY_START, population_size  # noqa: E402
+from mcd_cli.run.defaults import ADAPTIVE_SMC, population_size  # noqa: E402
 from mcd_cli.run.estimate import TUNING_STREAM, tuned_refinement  # noqa: E402
 from mcd_cli.run.smc_kernels import compiled  # noqa: E402
 from mcd_cli.targets import load_target  # noqa: E402
@@ -96,7 +96,7 @@ def spend(deadline: float, one_population) -> tuple[list, int]:
 
 def run_adaptive(target, seed: int, budget: float, args, init: str = "auto") -> dict:
     t0 = time.perf_counter()
-    sconf = SamplerConfig(**{k: v for k, v in POLICY_START.items() if k != "iterations"}, init=init)
+    sconf = SamplerConfig(**ADAPTIVE_SMC.sampler_fields(), init=init)
     plan = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0), seed=seed)
     begin = run.start(plan)
     fitted = begin.target
@@ -135,7 +135,7 @@ def blackjax_sampler(target):
 
 def run_blackjax(target, seed: int, budget: float, args) -> dict:
     t0 = time.perf_counter()
-    sconf = SamplerConfig(**{k: v for k, v in POLICY_START.items() if k != "iterations"})
+    sconf = SamplerConfig(**ADAPTIVE_SMC.sampler_fields())
     target = run.start(run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=0), seed=seed)).target
     smc, step = blackjax_sampler(target)
     num = args.population or population_size(16_384, None, target.dim)

@@ -10,7 +10,7 @@ is a candidate rule for a start that handles non-smooth targets.
     taskset -c 1 nice -n 10 python benchmarks/pilot_scale.py --targets laplace gauss_narrow gmm8 \\
         --output benchmarks/results/pilot_scale_cpu.json
 
-The rule this led to, `run.pilot_scale` (halve while the ELBO gains more than a nat), is part of
+The rule this led to, `run.ais_step_scale` (halve while the ELBO gains more than a nat), is part of
 `run.start`; the scales above are applied to the curvature pilot's own sizes (before it). With
 `--check-seeds S` the script also records, for seeds 0 … S−1, the factor `run.start` chose
 (cells `TARGET/check/seedS`): the evidence that it changes laplace's start and no other's.

@@ -24,7 +24,7 @@ REFINE_EVERY = ("resample", "step")
 REFINE_TUNING = ("particles", "pilot")
 # The annealing schedules β a run can take: `learn_schedule` (learned) or `adaptive`, else linear.
 SCHEDULES = ("linear", "learned", "tempered", "adaptive")
-# Where a learned schedule starts (`SamplerConfig.schedule_start`): linear, or where a pilot run of
+# Where a learned schedule starts (`SamplerConfig.schedule_start`): linear, or where a run of
 # adaptive tempered SMC put its temperatures (`run.start`).
 SCHEDULE_STARTS = ("linear", "tempered")
 COVARIANCES = ("diag", "full")  # of a Laplace initial distribution (`init_cov`)
@@ -62,11 +62,12 @@ class SamplerConfig:
         time_dim: width d_t of the step-index embedding (MCD only).
         blocks: residual blocks of the score network (MCD only).
         learn_schedule: learn the annealing schedule β (else linear β_k = k/K).
-        schedule_start: where a learned schedule starts: "linear", or "tempered" (where a pilot run
+        schedule_start: where a learned schedule starts: "linear", or "tempered" (where a run
             of adaptive tempered SMC put its temperatures, interpolated to the K steps; `run.start`).
         learn_mass: learn the diagonal mass matrix (UHA only).
-        step_size: how the step sizes δ_k start: "pilot" (per step, from the curvature along the
-            path measured by a short pilot run: `pilot.pilot_step_sizes`) or "fixed"
+        step_size: how the step sizes δ_k start: "pilot" (the name `--step-size auto` keeps in a record: per step,
+            from the curvature along the path measured by a short curvature run:
+            `path.step_sizes.curvature_step_sizes`) or "fixed"
             (`init_step_size` at every step). Either way they are then learned.
         init_step_size: step size every step starts from with `step_size="fixed"` (must be below
             `max_step_size`).
@@ -97,7 +98,7 @@ class SamplerConfig:
         leapfrog: leapfrog steps per HMC move.
         refine_every: "resample" (refine after each resampling) or "step" (after every step).
         refine_tuning: how the refinement's step size and preconditioner (and, with adaptive
-            tempering, the temperatures) are chosen: "pilot" (adapted on a pilot population with
+            tempering, the temperatures) are chosen: "pilot" (the name a record keeps: adapted on a tuning population with
             its own key, then frozen for the estimating populations, which refine after its
             resampling steps and, with adaptive tempering, replay its temperatures: Ẑ exactly
             unbiased; `run.estimate.tuned_refinement`) or

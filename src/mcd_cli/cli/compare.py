@@ -21,6 +21,7 @@ from mcd_cli.cli import output as out
 from mcd_cli.cli import settings
 from mcd_cli.targets.conditional import ConditionalTarget
 from mcd_cli.cli.app import app
+from mcd_cli.policy import Policy, execute as execute_policy
 from mcd_cli.cli.options import SAMPLER, SMC, TRAINING, in_panel, option, takes
 from mcd_cli.config import SamplerConfig
 from mcd_cli.runtime.devices import is_primary
@@ -153,21 +154,24 @@ def compare(ctx: typer.Context, **given: Any) -> None:
         out.strict(values, records)
 
 
-def _run_all(plans: list[run.RunPlan], values: dict, kind: Optional[str] = None) -> Optional[list[dict]]:
-    """Validates every plan, then runs them in turn (nothing with --dry-run: None): each record,
-    of `kind` where given, is appended to --output and, with --json, printed as it comes."""
+def _run_all(
+    plans: list[run.RunPlan], values: dict, kind: Optional[str] = None, policy: Optional[Policy] = None,
+) -> Optional[list[dict]]:
+    """Validates every plan, then runs them in turn (nothing with --dry-run: None), each by the
+    default `policy` where one is given: each record, of `kind` where given, is appended to --output
+    and, with --json, printed as it comes."""
     available = run.available_memory()
     for plan in plans:
         run.validate(plan, available=available)
     out.check_plot(values)
     out.warn_before(plans, values)
     if values["dry_run"]:
-        out.dry_run(plans, values)
+        out.dry_run(plans, values, policy)
         return None
     records = []
     with out.progress(values) as progress, settings.sigterm_as_interrupt():
         for plan in plans:
-            result = run.execute(plan, progress)
+            result = run.execute(plan, progress) if policy is None else execute_policy(plan, policy, progress)
             record = (result if kind is None else dataclasses.replace(result, kind=kind)).as_dict()
             out.append(values, record)
             if values.get("json") and is_primary():
@@ -176,7 +180,7 @@ def _run_all(plans: list[run.RunPlan], values: dict, kind: Optional[str] = None)
     return records
 
 
-def _share(policy: Optional[run.Policy], models: int) -> Optional[run.Policy]:
+def _share(policy: Optional[Policy], models: int) -> Optional[Policy]:
     """Each model's policy: the same standard error to reach, an equal share of --time-limit."""
     if policy is None or policy.time_limit is None:
         return policy
@@ -203,7 +207,7 @@ def _model_names(targets: list[str]) -> list[str]:
 
 def _compare_models(targets: list[str], values: dict) -> None:
     """`mcd compare A B [C ...]`: every model with the same settings, then its Bayes factors. With no
-    option that fixes the method, each model runs the default policy (`run.policy`), as `mcd
+    option that fixes the method, each model runs the default policy (`mcd_cli.policy`), as `mcd
     estimate` does, with its own keys (`model_index`)."""
     for name in _LIST_OPTIONS:
         value = values.get(name)
@@ -244,8 +248,8 @@ def _compare_models(targets: list[str], values: dict) -> None:
                         cell[name] = getattr(saved.sconf, name)
             sconf, tconf = settings.build_configs(cell, loaded.target.dim)
             plan = settings.run_plan(loaded, sconf, tconf, cell, load=load, saved=saved)
-            plans.append(dataclasses.replace(plan, model_index=i, policy=_share(values.get("policy"), len(targets))))
-        records = _run_all(plans, values, kind="model")
+            plans.append(dataclasses.replace(plan, model_index=i))
+        records = _run_all(plans, values, kind="model", policy=_share(values.get("policy"), len(targets)))
     if records is None:
         return
     result = comparison.from_records(records, names)

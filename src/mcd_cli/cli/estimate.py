@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from mcd_cli import record, report, run
+from mcd_cli.policy import execute as execute_policy, perdatum as policy_perdatum
 from mcd_cli.run import perdatum
 from mcd_cli.run import ADAPTIVE_REFINE_STEPS
 from mcd_cli.errors import Unreliable, UsageError
@@ -39,14 +40,15 @@ def estimate(ctx: typer.Context, **given: Any) -> None:
             )
         plan = _plan(values, loaded)
         run.validate(plan)
+        policy = values.get("policy")
         out.check_plot(values)
-        out.check_posterior(values, plan)
+        out.check_posterior(values, plan, policy)
         out.warn_before([plan], values)
         if values["dry_run"]:
-            out.dry_run([plan], values)
+            out.dry_run([plan], values, policy)
             return
         with out.progress(values) as progress, settings.sigterm_as_interrupt():
-            result = run.execute(plan, progress)
+            result = run.execute(plan, progress) if policy is None else execute_policy(plan, policy, progress)
         record = result.as_dict()
         out.append(values, record)
         curve = result.elbo_history[0] if result.elbo_history else ()
@@ -108,7 +110,6 @@ def _plan(values: dict, loaded: settings.LoadedTarget) -> run.RunPlan:
         checkpoint_every=settings.checkpoint_every(values),
         resume=bool(values.get("resume")),
         particles=values.get("particles"),
-        policy=values.get("policy"),
         draws=values.get("posterior") is not None,
     )
 
@@ -120,6 +121,44 @@ _NOT_PER_DATUM = {
 
 def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> None:
     """A conditional target: one JSON line per datum (stdout with --json, and --output), then the summary."""
+    plan, policy = _per_datum_plan(ctx, loaded, values)
+    sconf, tconf = plan.sconf, plan.tconf
+    if policy is None and sconf.adaptive and tconf.iterations > 0 and not values.get("quiet"):
+        print(
+            f"warning: --schedule adaptive moves the particles with --refine {sconf.refine} only: the "
+            f"{tconf.iterations} training iterations are skipped (--iterations 0 says so)",
+            file=sys.stderr,
+        )
+    if values["dry_run"]:
+        print(_per_datum_dry_run(plan, policy))
+        return
+
+    def on_datum(datum: record.DatumRecord) -> None:
+        rec = datum.as_dict()
+        out.append(values, rec)
+        if values.get("json"):
+            print(report.to_json(rec), flush=True)
+
+    with out.progress(values) as progress, settings.sigterm_as_interrupt():
+        if policy is None:
+            summary = perdatum.execute(plan, on_datum, progress).as_dict()
+        else:
+            summary = policy_perdatum.execute(plan, policy, on_datum, progress).as_dict()
+    out.append(values, summary)
+    if values.get("json"):
+        print(report.to_json(summary), flush=True)
+    else:
+        report.stdout_console().print(report.per_datum_table(summary))
+    if values.get("strict") and summary["counts"]["unreliable"] + summary["counts"]["failed"]:
+        raise Unreliable(
+            f"unreliable estimates under --strict: {summary['counts']['unreliable'] + summary['counts']['failed']} "
+            f"of {summary['num_data']} data; train longer (--iterations) or use more steps (--steps)"
+        )
+
+
+def _per_datum_plan(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) -> tuple:
+    """The `PerDatumPlan` of a conditional target and the default policy (None: an option fixed the
+    method), checked: options a per-datum run cannot take are refused with one line."""
     settings.positive(values, "steps", "batch_size", "samples", "hidden", "refine_steps", "leapfrog", "max_steps")
     _schedule(values)
     settings.adaptive_kernels(values)
@@ -134,78 +173,48 @@ def _per_datum(ctx: typer.Context, loaded: settings.LoadedTarget, values: dict) 
     amortise = target.amortise if values.get("amortise") is None else bool(values["amortise"])
     if amortise and values.get("context_dim") is None:
         values["context_dim"] = target.context_dim
-    # The default policy (None: an option fixed the method). Its adaptive SMC tunes the moves' step
-    # size from the particles, so --step-size auto asks for nothing it lacks.
+    # The policy's adaptive SMC tunes the moves' step size from the particles, so --step-size auto
+    # asks for nothing it lacks.
     policy = values.get("policy")
     if values.get("step_size") == "pilot":
         if settings._explicit(ctx, "step_size") and policy is None:
             raise UsageError(
-                "--step-size auto fits one target by a pilot run; a conditional target's step sizes start at "
+                "--step-size auto fits one target by a curvature run; a conditional target's step sizes start at "
                 "--step-size NUMBER and are learned over the data: give a number"
             )
         values["step_size"] = "fixed"
     sconf, tconf = settings.build_configs(values, target.dim)
     plan = perdatum.PerDatumPlan(
-        target=target,
-        sconf=sconf,
-        tconf=tconf,
-        amortise=amortise,
-        num_samples=values.get("samples") or run.DEFAULT_SAMPLES,
-        seed=values.get("seed") or 0,
-        x64=bool(values["x64"]),
-        target_spec=loaded.spec,
-        target_args=loaded.args,
-        target_data=str(loaded.data) if loaded.data is not None else None,
-        particles=values.get("particles"),
-        checkpoint_dir=values.get("checkpoint"),
-        checkpoint_every=settings.checkpoint_every(values),
-        resume=bool(values.get("resume")),
-        policy=policy,
-        stage=values.get("stage"),
+        target=target, sconf=sconf, tconf=tconf, amortise=amortise,
+        num_samples=values.get("samples") or run.DEFAULT_SAMPLES, seed=values.get("seed") or 0,
+        x64=bool(values["x64"]), target_spec=loaded.spec, target_args=loaded.args,
+        target_data=str(loaded.data) if loaded.data is not None else None, particles=values.get("particles"),
+        checkpoint_dir=values.get("checkpoint"), checkpoint_every=settings.checkpoint_every(values),
+        resume=bool(values.get("resume")), stage=values.get("stage"),
     )
     perdatum.validate(plan)
-    if policy is None and sconf.adaptive and tconf.iterations > 0 and not values.get("quiet"):
-        print(
-            f"warning: --schedule adaptive moves the particles with --refine {sconf.refine} only: the "
-            f"{tconf.iterations} training iterations are skipped (--iterations 0 says so)",
-            file=sys.stderr,
-        )
-    if values["dry_run"]:
-        if policy is not None:
-            print(
-                f"ok: the default policy on {target.name} (d = {target.dim}), {target.num_data} data: pilots of "
-                f"adaptive SMC on the first {min(perdatum.PILOT_DATA, target.num_data)} data choose the effort, then "
-                f"every datum is estimated with at least {plan.num_samples} samples, no training"
-            )
-            return
-        if sconf.adaptive:
-            fitting = "adaptive tempering, no training"
-        else:
-            fitting = (
-                f"K={sconf.steps}, {'amortised' if amortise else 'a separate run per datum'}, "
-                f"{tconf.iterations} iterations × batch {tconf.batch_size}"
-            )
-        print(
-            f"ok: {sconf.label} on {target.name} (d = {target.dim}), {target.num_data} data, {fitting}, "
-            f"{plan.num_samples} samples per datum" + (f" in populations of {plan.population}" if sconf.smc else "")
-        )
-        return
+    if policy is not None:
+        policy_perdatum.validate(policy)
+    return plan, policy
 
-    def on_datum(datum: record.DatumRecord) -> None:
-        rec = datum.as_dict()
-        out.append(values, rec)
-        if values.get("json"):
-            print(report.to_json(rec), flush=True)
 
-    with out.progress(values) as progress, settings.sigterm_as_interrupt():
-        summary = perdatum.execute(plan, on_datum, progress).as_dict()
-    out.append(values, summary)
-    if values.get("json"):
-        print(report.to_json(summary), flush=True)
+def _per_datum_dry_run(plan: perdatum.PerDatumPlan, policy) -> str:
+    """What a per-datum run would do, in one line."""
+    target, sconf, tconf = plan.target, plan.sconf, plan.tconf
+    if policy is not None:
+        return (
+            f"ok: the default policy on {target.name} (d = {target.dim}), {target.num_data} data: pilots of "
+            f"adaptive SMC on the first {min(perdatum.PILOT_DATA, target.num_data)} data choose the effort, then "
+            f"every datum is estimated with at least {plan.num_samples} samples, no training"
+        )
+    if sconf.adaptive:
+        fitting = "adaptive tempering, no training"
     else:
-        report.stdout_console().print(report.per_datum_table(summary))
-    if values.get("strict") and summary["counts"]["unreliable"] + summary["counts"]["failed"]:
-        raise Unreliable(
-            f"unreliable estimates under --strict: {summary['counts']['unreliable'] + summary['counts']['failed']} "
-            f"of {summary['num_data']} data; train longer (--iterations) or use more steps (--steps)"
+        fitting = (
+            f"K={sconf.steps}, {'amortised' if plan.amortise else 'a separate run per datum'}, "
+            f"{tconf.iterations} iterations × batch {tconf.batch_size}"
         )
+    return (
+        f"ok: {sconf.label} on {target.name} (d = {target.dim}), {target.num_data} data, {fitting}, "
+        f"{plan.num_samples} samples per datum" + (f" in populations of {plan.population}" if sconf.smc else "")
+    )

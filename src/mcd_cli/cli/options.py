@@ -29,9 +29,10 @@ from mcd_cli.config import (
     TRAIN_WITH, SamplerConfig, TrainConfig, hidden_for,
 )
 from mcd_cli.kernels import registry
+from mcd_cli.policy import DEFAULT_MAX_SE
 from mcd_cli.train.objectives import OBJECTIVES
 from mcd_cli.run import (
-    ADAPTIVE_REFINE_STEPS, DEFAULT_MAX_SE, DEFAULT_POPULATIONS, DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM,
+    ADAPTIVE_REFINE_STEPS, DEFAULT_POPULATIONS, DEFAULT_SAMPLES, MIN_DEFAULT_POPULATION, POPULATION_PER_DIM,
     SMC_REFINE, SMC_REFINE_STEPS, SMC_RESAMPLE, RunPlan, auto_batch_size, auto_unroll,
 )
 from mcd_cli.targets.numpyro_model import DEFAULT_MODEL
@@ -147,7 +148,7 @@ OPTIONS: dict[str, Any] = {
     "schedule": option(
         Schedule, "--schedule", panel=SAMPLER,
         help="Annealing schedule β: linear (β_k = k/K), learned (trained with the kernels, from linear), tempered "
-        "(learned, starting where a pilot run of adaptive tempered SMC put its temperatures), or adaptive (tempered "
+        "(learned, starting where a run of adaptive tempered SMC put its temperatures), or adaptive (tempered "
         "SMC: β chosen from the particles for --target-ess, moves by --refine; needs --refine mala|hmc, refuses "
         f"--steps). --learn-schedule/--fixed-schedule are aliases of learned/linear. (default: {_SCHEDULE})",
     ),
@@ -166,7 +167,7 @@ OPTIONS: dict[str, Any] = {
     ),
     "step_size": option(
         str, "--step-size", panel=SAMPLER,
-        help="Initial step sizes: auto (per step, from the curvature along the path, by a short pilot run; capped "
+        help="Initial step sizes: auto (per step, from the curvature along the path, by a short curvature run; capped "
         f"at {_S.max_step_size:g}) or a number (every step). They are learned either way. (default: auto)",
     ),
     "unroll": option(
@@ -256,7 +257,7 @@ OPTIONS: dict[str, Any] = {
     "refine_tuning": option(
         RefineTuning, "--refine-tuning", panel=SMC,
         help="How the refinement's step size and mass (and adaptive tempering's temperatures) are chosen: pilot "
-        "(adapted on a pilot population with its own random numbers, then frozen with its resampling steps, the "
+        "(adapted on a tuning population with its own random numbers, then frozen with its resampling steps, the "
         "temperatures replayed: the estimate stays unbiased whatever the kernels) or particles (adapted from each population's own particles "
         f"as it runs: one population cheaper, biased). (default: {_S.refine_tuning})",
     ),
@@ -382,7 +383,7 @@ OPTIONS: dict[str, Any] = {
 
 
 # Options that choose the estimation method: any of them given (by flag, --config or --preset) fixes
-# the method and turns `mcd estimate`'s default policy off (`run.policy`); sizes (--samples,
+# the method and turns `mcd estimate`'s default policy off (`mcd_cli.policy`); sizes (--samples,
 # --particles, --seed) do not. Naming the paper's kernels (--sampler, --steps) runs them, trained.
 # Their help says so.
 METHOD_OPTIONS = (

@@ -115,7 +115,7 @@ def plot_estimate(values: dict, rec: dict, result: Any) -> None:
         print(f"figure written to {values['plot']}", file=sys.stderr)
 
 
-def check_posterior(values: dict, plan: RunPlan) -> None:
+def check_posterior(values: dict, plan: RunPlan, policy: Any = None) -> None:
     """With --posterior: the run makes SMC populations, and the file can be written (.nc: ArviZ is
     there), before any work starts."""
     path = values.get("posterior")
@@ -124,7 +124,7 @@ def check_posterior(values: dict, plan: RunPlan) -> None:
     from mcd_cli.report import posterior
 
     posterior.check_path(path)
-    if plan.policy is None and not plan.sconf.smc:
+    if policy is None and not plan.sconf.smc:
         raise UsageError(
             "--posterior draws from SMC populations, but --resample 0 makes this run plain importance sampling; "
             "use SMC (--resample 0.5, --schedule adaptive, or no method options for the default policy)"
@@ -168,7 +168,7 @@ def plot_compare(values: dict, records: list[dict], names: Any = None, compariso
         print(f"figure written to {values['plot']}", file=sys.stderr)
 
 
-def dry_run(plans: list[RunPlan], values: dict) -> None:
+def dry_run(plans: list[RunPlan], values: dict, policy: Any = None) -> None:
     """What would run, and about how much memory it needs."""
     import dataclasses
 
@@ -195,17 +195,17 @@ def dry_run(plans: list[RunPlan], values: dict) -> None:
             print(json.dumps(row))
         return
     for plan, row in zip(plans, rows):
-        print(f"ok: {_would_run(plan)}; about {format_bytes(row['memory_bytes'])} of memory")
+        print(f"ok: {_would_run(plan, policy)}; about {format_bytes(row['memory_bytes'])} of memory")
 
 
-def _would_run(plan: RunPlan) -> str:
+def _would_run(plan: RunPlan, policy: Any = None) -> str:
     """What `plan` would run, in one line: the default policy's first stage and its bound, adaptive
     tempered SMC's moves, or the annealing kernels with their K and training."""
     where = f"on {plan.target.name} (d = {plan.target.dim})"
-    if plan.policy is not None:
-        from mcd_cli.run import PILOT_POPULATIONS, first_effort
+    if policy is not None:
+        from mcd_cli.policy import PILOT_POPULATIONS, first_effort
 
-        effort, policy = first_effort(plan), plan.policy
+        effort = first_effort(plan)
         bound = f"within {policy.time_limit:g} s" if policy.time_limit is not None else f"at most {policy.max_pilots} pilots"
         return (
             f"the default policy {where}: pilots of {effort.describe()} ({PILOT_POPULATIONS} populations each, "

@@ -144,9 +144,9 @@ def resolve(ctx: typer.Context, given: dict) -> dict:
 
 
 def policy_or_method(values: dict, names: set) -> None:
-    """`values["policy"]`: a `run.Policy` for the commands that take --max-se when no method option
+    """`values["policy"]`: a `policy.Policy` for the commands that take --max-se when no method option
     was given, else None (and --max-se/--time-limit/--learn are refused as having nothing to act on)."""
-    from mcd_cli import run
+    from mcd_cli import policy as default_policy
 
     if "max_se" not in names:
         return
@@ -180,9 +180,9 @@ def policy_or_method(values: dict, names: set) -> None:
             "--steps 64) or drop it"
         )
     try:
-        seconds = None if limit is None else run.parse_duration(limit)
-        values["policy"] = run.Policy(
-            max_se=run.DEFAULT_MAX_SE if values.get("max_se") is None else float(values["max_se"]),
+        seconds = None if limit is None else default_policy.parse_duration(limit)
+        values["policy"] = default_policy.Policy(
+            max_se=default_policy.DEFAULT_MAX_SE if values.get("max_se") is None else float(values["max_se"]),
             time_limit=seconds,
             learn=bool(values.get("learn")),
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -117,79 +117,137 @@ def laplace(
         >>> [round(float(v), 3) for v in fit.gaussian.mean], abs(fit.log_z - float(np.log(2 * np.pi * 0.25))) < 1e-4
         ([2.0, 2.0], True)
     """
-    if cov not in COVARIANCES:
-        raise ValueError(f"cov must be one of {', '.join(COVARIANCES)}, got {cov!r}")
-    if max_steps < 1 or restarts < 0:
-        raise ValueError(f"max_steps must be >= 1 and restarts >= 0, got {max_steps} and {restarts}")
+    _check_arguments(cov, max_steps, restarts)
     key = jax.random.key(0) if key is None else key
     k_starts, k_check = jax.random.split(key)
     starts = starting_points(target, k_starts, restarts)
     ends, values, end_grads, counts = _mode_finder(target, int(max_steps), float(gtol))(starts)
     values = np.asarray(values, dtype=np.float64)
-    warnings: list[str] = []
+    best = _best_end(values)
+    mode = ends[best]
+    value = float(values[best])
+    grad = np.asarray(_derivatives(target)[0](mode), dtype=np.float64)
+    fit = _curvature_fit(target, cov, mode, grad)
+    warnings = list(fit.warnings)
+    converged = fit.definite and fit.decrement < NEWTON_DECREMENT_TOL
+    steps = int(np.max(np.asarray(counts)))
+    if not converged:
+        warnings.append(_convergence_warning(steps, fit.decrement, grad))
+    modes = _count_modes(ends, values, end_grads, fit.gaussian.scale)
+    if modes > 1:
+        warnings.append(_multimodal_warning(values, modes))
+    log_z = value + 0.5 * target.dim * _LOG_2PI + fit.gaussian.log_det_factor()
+    check = check_proposal(target, fit.gaussian, k_check, check_samples)
+    message = _check_warning("laplace", check, log_z, "the Laplace log Z")
+    if message:
+        warnings.append(message)
+    return InitFit(f"laplace-{cov}", fit.gaussian, converged, steps, value, log_z, check, tuple(warnings), modes)
+
+
+def _check_arguments(cov: str, max_steps: int, restarts: int) -> None:
+    """Raises ValueError for an unknown `cov`, fewer than one step or negative restarts."""
+    if cov not in COVARIANCES:
+        raise ValueError(f"cov must be one of {', '.join(COVARIANCES)}, got {cov!r}")
+    if max_steps < 1 or restarts < 0:
+        raise ValueError(f"max_steps must be >= 1 and restarts >= 0, got {max_steps} and {restarts}")
+
+
+def _best_end(values: np.ndarray) -> int:
+    """The index of the mode search that ended highest (finite `log γ` only).
+
+    Raises:
+        ValueError: no search ended where `log γ` is finite.
+    """
     if not np.any(np.isfinite(values)):
         raise ValueError(
             "laplace: log γ is not finite at the end of any mode search; check the target with `mcd check`"
         )
-    best = int(np.nanargmax(np.where(np.isfinite(values), values, -np.inf)))
-    mode = ends[best]
-    value = float(values[best])
-    grad_fn, hessian_fn, _ = _derivatives(target)
-    grad = np.asarray(grad_fn(mode), dtype=np.float64)
+    return int(np.nanargmax(np.where(np.isfinite(values), values, -np.inf)))
 
-    if cov == "full":
-        hessian = np.asarray(hessian_fn(mode), dtype=np.float64)
-        precision = -0.5 * (hessian + hessian.T)
-        eig = np.linalg.eigvalsh(precision) if np.all(np.isfinite(precision)) else np.array([np.nan])
-        definite = bool(np.all(eig > 0))
-        if definite:
-            cov_chol = np.linalg.cholesky(np.linalg.inv(precision))
-            gaussian = Gaussian(np.asarray(mode, np.float64), np.sqrt(np.sum(cov_chol**2, axis=1)), cov_chol)
-            decrement = float(grad @ np.linalg.solve(precision, grad))
-        else:
-            warnings.append(
-                "laplace: the Hessian at the end point is not negative definite (smallest curvature "
-                f"{np.nanmin(eig):.3g}): not a mode; using the diagonal fit instead"
-            )
-    if cov == "diag" or not definite:
-        h = -np.asarray(_hessian_diag(target, mode), dtype=np.float64)
-        ok = np.isfinite(h) & (h > 0)
-        definite = bool(np.all(ok))
-        if not definite:
-            warnings.append(
-                f"laplace: the curvature is not positive in {int(np.sum(~ok))} of {target.dim} "
-                "coordinates at the end point (not a mode there); those keep the declared initial scale"
-            )
-        scale = np.where(ok, 1.0 / np.sqrt(np.where(ok, h, 1.0)), np.asarray(target.initial_scale))
-        gaussian = Gaussian(np.asarray(mode, np.float64), scale)
-        decrement = float(np.sum(grad**2 * scale**2))
-    converged = definite and decrement < NEWTON_DECREMENT_TOL
-    steps = int(np.max(np.asarray(counts)))
-    if not converged:
-        warnings.append(
-            f"laplace: the mode search did not converge ({steps} L-BFGS steps, Newton decrement "
-            f"{decrement:.3g}, |∇ log γ| = {float(np.linalg.norm(grad)):.3g}); the fit may be "
-            "poor: prefer --init vi, or raise the step limit"
+
+class _Curvature(NamedTuple):
+    """A Gaussian fitted to the curvature at the end point: `decrement` is the Newton decrement
+    `gᵀ H⁻¹ g` there, `definite` whether the precision used is positive definite, `warnings` what
+    the fit found wrong. A failed full fit has `gaussian` None and a NaN decrement."""
+
+    gaussian: Optional[Gaussian]
+    decrement: float
+    definite: bool
+    warnings: tuple[str, ...]
+
+
+def _full_curvature(mode: jax.Array, grad: np.ndarray, hessian: np.ndarray) -> _Curvature:
+    """The Gaussian whose precision is the full `−∇² log γ` at `mode`, if that is positive definite;
+    otherwise no Gaussian and a warning (the caller falls back to the diagonal)."""
+    precision = -0.5 * (hessian + hessian.T)
+    eig = np.linalg.eigvalsh(precision) if np.all(np.isfinite(precision)) else np.array([np.nan])
+    if not bool(np.all(eig > 0)):
+        warning = (
+            "laplace: the Hessian at the end point is not negative definite (smallest curvature "
+            f"{np.nanmin(eig):.3g}): not a mode; using the diagonal fit instead"
         )
+        return _Curvature(None, math.nan, False, (warning,))
+    cov_chol = np.linalg.cholesky(np.linalg.inv(precision))
+    gaussian = Gaussian(np.asarray(mode, np.float64), np.sqrt(np.sum(cov_chol**2, axis=1)), cov_chol)
+    return _Curvature(gaussian, float(grad @ np.linalg.solve(precision, grad)), True, ())
 
+
+def _diag_curvature(target: Target, mode: jax.Array, grad: np.ndarray) -> _Curvature:
+    """The Gaussian whose precision is the diagonal of `−∇² log γ` at `mode`; coordinates where
+    that is not positive keep the declared initial scale (with a warning)."""
+    h = -np.asarray(_hessian_diag(target, mode), dtype=np.float64)
+    ok = np.isfinite(h) & (h > 0)
+    definite = bool(np.all(ok))
+    warnings: tuple[str, ...] = ()
+    if not definite:
+        warnings = (
+            f"laplace: the curvature is not positive in {int(np.sum(~ok))} of {target.dim} "
+            "coordinates at the end point (not a mode there); those keep the declared initial scale",
+        )
+    scale = np.where(ok, 1.0 / np.sqrt(np.where(ok, h, 1.0)), np.asarray(target.initial_scale))
+    gaussian = Gaussian(np.asarray(mode, np.float64), scale)
+    return _Curvature(gaussian, float(np.sum(grad**2 * scale**2)), definite, warnings)
+
+
+def _curvature_fit(target: Target, cov: str, mode: jax.Array, grad: np.ndarray) -> _Curvature:
+    """The fit `cov` asks for at `mode`: the full one, or the diagonal one for `cov="diag"` or when
+    the full Hessian is not negative definite (the full fit's warning then comes first)."""
+    if cov != "full":
+        return _diag_curvature(target, mode, grad)
+    full = _full_curvature(mode, grad, np.asarray(_derivatives(target)[1](mode), dtype=np.float64))
+    if full.definite:
+        return full
+    diag = _diag_curvature(target, mode, grad)
+    return diag._replace(warnings=full.warnings + diag.warnings)
+
+
+def _convergence_warning(steps: int, decrement: float, grad: np.ndarray) -> str:
+    """The warning for a mode search that did not converge."""
+    return (
+        f"laplace: the mode search did not converge ({steps} L-BFGS steps, Newton decrement "
+        f"{decrement:.3g}, |∇ log γ| = {float(np.linalg.norm(grad)):.3g}); the fit may be "
+        "poor: prefer --init vi, or raise the step limit"
+    )
+
+
+def _count_modes(ends: jax.Array, values: np.ndarray, end_grads: jax.Array, scale: np.ndarray) -> int:
+    """How many separate modes the searches' end points show (`_cluster` in the fitted `scale`; 1
+    when none is at a mode)."""
     # Only end points where the search converged (Newton decrement, in the best fit's scales) are
     # modes; the others stalled on the way and say nothing about the number of modes.
-    end_decrements = np.sum((np.asarray(end_grads, np.float64) * gaussian.scale) ** 2, axis=1)
+    end_decrements = np.sum((np.asarray(end_grads, np.float64) * scale) ** 2, axis=1)
     at_mode = np.isfinite(values) & (end_decrements < NEWTON_DECREMENT_TOL)
-    modes = len(set(_cluster(np.asarray(ends, np.float64)[at_mode], gaussian.scale))) if at_mode.any() else 1
-    if modes > 1:
-        finite = values[np.isfinite(values)]
-        warnings.append(
-            f"laplace: the mode searches from {len(values)} starting points ended at {modes} separate "
-            f"points (log γ from {finite.min():.2f} to {finite.max():.2f}); the target looks "
-            "multimodal and a Gaussian at one mode ignores the others: prefer --init vi or target"
-        )
-    log_z = value + 0.5 * target.dim * _LOG_2PI + gaussian.log_det_factor()
-    check = check_proposal(target, gaussian, k_check, check_samples)
-    message = _check_warning("laplace", check, log_z, "the Laplace log Z")
-    if message:
-        warnings.append(message)
-    return InitFit(f"laplace-{cov}", gaussian, converged, steps, value, log_z, check, tuple(warnings), modes)
+    return len(set(_cluster(np.asarray(ends, np.float64)[at_mode], scale))) if at_mode.any() else 1
+
+
+def _multimodal_warning(values: np.ndarray, modes: int) -> str:
+    """The warning for searches that ended at `modes` > 1 separate points."""
+    finite = values[np.isfinite(values)]
+    return (
+        f"laplace: the mode searches from {len(values)} starting points ended at {modes} separate "
+        f"points (log γ from {finite.min():.2f} to {finite.max():.2f}); the target looks "
+        "multimodal and a Gaussian at one mode ignores the others: prefer --init vi or target"
+    )
 
 
 def _barrier(target: Target, a: np.ndarray, b: np.ndarray, points: int = 17) -> float:

@@ -60,7 +60,7 @@ def init_params(
     """Initial parameters of the configured estimator (MCD starts equal to AIS).
 
     The key is split into (path, forward, backward) keys, whatever the kernels. `step_sizes`
-    (shape `(K,)`, e.g. from `pilot.pilot_step_sizes`) sets the initial δ_k per step;
+    (shape `(K,)`, e.g. from `step_sizes.curvature_step_sizes`) sets the initial δ_k per step;
     default: `config.init_step_size` at every step. `betas` (shape `(K + 1,)`, with
     `config.learn_schedule`) starts the learned schedule there (`schedules.schedule_from_betas`;
     `run.start`'s tempered start); default: linear.
@@ -68,7 +68,7 @@ def init_params(
     est = registry.estimator(config.sampler, config.backward)
     k_path, k_forward, k_backward = jax.random.split(key, 3)
     if config.step_size == "pilot" or step_sizes is not None:
-        # One parameter per step, so any per-step sizes are representable (the pilot's);
+        # One parameter per step, so any per-step sizes are representable (the curvature run's);
         # without sizes, constant ones give the same structure (a template to load into).
         if step_sizes is None:
             step_sizes = np.full(config.steps, config.init_step_size)

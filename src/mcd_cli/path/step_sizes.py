@@ -1,11 +1,11 @@
-"""Step sizes for the annealing path: a curvature pilot, then an AIS check of its sizes.
+"""Step sizes for the annealing path: a curvature run, then an AIS check of its sizes.
 
-- `pilot_step_sizes(target, betas, key=...)`: a pilot population of particles runs through the
+- `curvature_step_sizes(target, betas, key=...)`: a population of particles runs through the
   annealing path; at step k, power iteration on Hessian–vector products estimates the largest
   curvature `λ_k = max |eig(∇² log γ_k)|` over the particles, the step size is
   `δ_k = min(max_step_size, safety / λ_k)` (ULA is stable for `δ λ < 2`), and the particles take
   one ULA step of `δ_k` to follow the path.
-- `pilot_scale(target, step_sizes, sconf, key)`: the factor (1, ½, …) by which to scale those
+- `ais_step_scale(target, step_sizes, sconf, key)`: the factor (1, ½, …) by which to scale those
   sizes, from the untrained ULA-AIS ELBO; it matters on targets with kinks, where the curvature
   says nothing.
 
@@ -48,7 +48,7 @@ def _power_iteration(hvp, key: jax.Array, dim: int, iterations: int, dtype) -> j
     return jnp.linalg.norm(hvp(v))
 
 
-def pilot_step_sizes(
+def curvature_step_sizes(
     target: Target,
     betas: Array,
     *,
@@ -60,7 +60,7 @@ def pilot_step_sizes(
     max_step_size: float = 0.25,
     min_step_size: float = 1e-8,
 ) -> np.ndarray:
-    """Per-step ULA step sizes from the curvature of the annealing path, by a short pilot run.
+    """Per-step ULA step sizes from the curvature of the annealing path, by a short curvature run.
 
     The rule: `num_particles` particles start from `π0` (the declared initial distribution, or
     `initial`, a diagonal `Gaussian`). At step k = 1 … K, power iteration on Hessian–vector
@@ -79,7 +79,7 @@ def pilot_step_sizes(
         betas: the annealing schedule `β_0 … β_K`, shape `(K + 1,)`.
         key: PRNG key.
         initial: the initial distribution (default: the target's declared one).
-        num_particles: particles of the pilot.
+        num_particles: particles of the curvature run.
         power_iterations: Hessian–vector products per power iteration.
         safety: `δ_k λ_k`, the fraction of the curvature's inverse taken as the step.
         max_step_size: the cap (the paper's 0.25).
@@ -91,7 +91,7 @@ def pilot_step_sizes(
     Example:
         >>> from mcd_cli.targets import Target
         >>> t = Target.create(lambda x: -0.5 * jnp.sum(x**2) / 0.02**2, dim=10)
-        >>> d = pilot_step_sizes(t, jnp.linspace(0.0, 1.0, 65), key=jax.random.key(0))
+        >>> d = curvature_step_sizes(t, jnp.linspace(0.0, 1.0, 65), key=jax.random.key(0))
         >>> d.shape, round(float(d[-1] * 2500), 2)  # δ_K λ_K = safety
         ((64,), 0.5)
     """
@@ -103,11 +103,11 @@ def pilot_step_sizes(
     if not 0 < min_step_size <= max_step_size:
         raise ValueError(f"need 0 < min_step_size <= max_step_size, got {min_step_size} and {max_step_size}")
     if initial is not None and initial.chol is not None:
-        raise ValueError("pilot_step_sizes needs a diagonal initial Gaussian; whiten the target by a full one first")
+        raise ValueError("curvature_step_sizes needs a diagonal initial Gaussian; whiten the target by a full one first")
     dtype = jnp.result_type(float)
     mean = jnp.asarray(target.initial_mean if initial is None else initial.mean, dtype)
     scale = jnp.asarray(target.initial_scale if initial is None else initial.scale, dtype)
-    run = _pilot(
+    run = _curvature_run(
         target, int(num_particles), int(power_iterations), float(safety), float(max_step_size), float(min_step_size)
     )
     deltas = run(key, jnp.asarray(betas[1:], dtype), mean, scale)
@@ -115,7 +115,7 @@ def pilot_step_sizes(
 
 
 @functools.lru_cache(maxsize=32)
-def _pilot(target: Target, num: int, iterations: int, safety: float, max_step: float, min_step: float):
+def _curvature_run(target: Target, num: int, iterations: int, safety: float, max_step: float, min_step: float):
     grad_target = jax.grad(target.log_density)
     dim = target.dim
 
@@ -142,7 +142,7 @@ def _pilot(target: Target, num: int, iterations: int, safety: float, max_step: f
             delta = jnp.clip(safety / lam, min_step, max_step)
             noise = jax.random.normal(k_noise, x.shape, dtype)
             moved = x + delta * jax.vmap(grad_k, in_axes=(None, 0))(beta, x) + jnp.sqrt(2 * delta) * noise
-            # A particle whose move is not finite stays put: the pilot only measures curvature.
+            # A particle whose move is not finite stays put: the run only measures curvature.
             x = jnp.where(jnp.all(jnp.isfinite(moved), axis=1, keepdims=True), moved, x)
             return x, delta
 
@@ -152,7 +152,7 @@ def _pilot(target: Target, num: int, iterations: int, safety: float, max_step: f
     return run
 
 
-def pilot_scale(
+def ais_step_scale(
     target: Target,
     step_sizes: Array,
     sconf: SamplerConfig,
@@ -162,16 +162,16 @@ def pilot_scale(
     gain: float = SCALE_GAIN,
     halvings: int = SCALE_HALVINGS,
 ) -> float:
-    """The factor c ∈ {1, ½, …, 2^-halvings} by which to scale the curvature pilot's step sizes.
+    """The factor c ∈ {1, ½, …, 2^-halvings} by which to scale the curvature run's step sizes.
 
-    The pilot sees curvature only; a target with kinks (a Laplace density, an L1 penalty) has none
+    The curvature run sees curvature only; a target with kinks (a Laplace density, an L1 penalty) has none
     away from them, so every δ_k goes to the cap, where ULA's departure from invariance is large.
     The untrained ULA-AIS ELBO (mean log weight, `samples` particles, the same key for every c, so
     the particles are paired) measures what the sizes cost: the check halves c while the ELBO
     gains more than `gain` nats and more than 3 standard errors of the paired difference. On a
     smooth target sizes below the stability limit only slow the path down, so halving loses ELBO
     and c stays 1 (the sizes are unchanged); on `laplace` c becomes ¼
-    (`benchmarks/results/start.md`, module pilot_scale). A non-finite ELBO counts as −∞; when no scale
+    (`benchmarks/results/start.md`, module ais_step_scale). A non-finite ELBO counts as −∞; when no scale
     gives a finite one, c stays 1 and training's own checks take over.
     """
     config = SamplerConfig(

@@ -8,7 +8,8 @@ complete sampler, training and run settings under `config`, whose keys are `--co
     mcd estimate --json gmm8 | jq .config > run.yaml && mcd estimate --config run.yaml
 
 reproduces the estimate bit for bit on the same machine (JSON is valid YAML). A conditional target's
-run (`run.perdatum`) gives a `DatumRecord` per datum and a `DataRecord`, its summary, instead.
+run (`run.perdatum`) gives a `DatumRecord` per datum and a `DataRecord`, its summary, instead
+(`record.data`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from mcd_cli._version import __version__
 from mcd_cli.io.checkpoint import json_ready
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.record.messages import advice, code_dicts, texts
-from mcd_cli.stats import Combined, DataSummary, Estimate, Reason, WeightSummary, pareto_k_limit
+from mcd_cli.stats import Combined, Estimate, WeightSummary, pareto_k_limit
 
 SCHEMA_VERSION = 3
 
@@ -100,7 +101,7 @@ class TargetInfo:
 
 
 def _summary(sizes: Optional[tuple]) -> Optional[dict]:
-    """The pilot's step sizes in brief: first, median, last, smallest and largest."""
+    """The initial step sizes in brief: first, median, last, smallest and largest."""
     if not sizes:
         return None
     values = sorted(sizes)
@@ -144,16 +145,16 @@ class RunRecord:
     init_warnings: tuple = ()  # what the initial-distribution fit warned about
     elbo_history: tuple = ()  # per repeat: the training ELBO of every iteration (NaN if skipped; from the checkpoint before a resume)
     init_method: str = ""  # the initial distribution used (auto resolves to auto:target, auto:vi, ...)
-    start_seconds: float = 0.0  # the initial-distribution fit and the step-size pilot
-    initial_step_sizes: Optional[tuple] = None  # δ_1 … δ_K the pilot chose (None: fixed sizes)
-    initial_step_scale: Optional[float] = None  # the factor the pilot's AIS check applied (run.pilot_scale)
+    start_seconds: float = 0.0  # the initial-distribution fit and the curvature run
+    initial_step_sizes: Optional[tuple] = None  # δ_1 … δ_K the curvature run chose (None: fixed sizes)
+    initial_step_scale: Optional[float] = None  # the factor the step sizes' AIS check applied (run.ais_step_scale)
     stop_reasons: tuple = ()  # per repeat: why training stopped ("iterations", "plateau" or "time")
     model_index: Optional[int] = None  # model i of a comparison (root key fold_in(key(seed), i))
     weights: tuple[WeightSummary, ...] = ()  # per repeat: the log weights' histogram and fitted tail
     kind: str = "estimate"  # "model" for a model of `mcd compare A B ...`
     smc: tuple = ()  # per repeat: the SMC diagnostics (`run.estimate_smc`); empty without SMC
     particles: Optional[int] = None  # the SMC population size asked for (None: one population)
-    policy: Optional[dict] = None  # the estimation policy's stages (`run.policy`); None: method as given
+    policy: Optional[dict] = None  # the estimation policy's stages (`mcd_cli.policy`); None: method as given
     stage: Optional[int] = None  # stage s of a policy run (its keys: `run.plan.estimation_root`)
     train_stage: Optional[int] = None  # the stage whose training keys a policy's final run used
     checkpoint_failures: int = 0  # training checkpoints that could not be written (the run went on)
@@ -199,6 +200,20 @@ class RunRecord:
         tails = [h[-max(1, len(h) // 10):] for h in self.elbo_history if len(h)]
         values = [v for tail in tails for v in tail if math.isfinite(v)]
         return sum(values) / len(values) if values else None
+
+    def _what_ran(self) -> dict:
+        """The method and its kernels, moves and schedule: only what ran (adaptive tempered SMC
+        runs no annealing kernels, so it names none)."""
+        s = self.sampler
+        return {
+            "method": s.method,
+            "sampler": None if s.adaptive else s.sampler,
+            "backward": None if s.adaptive else s.backward,
+            "steps": None if s.adaptive else int(s.steps),
+            "temperatures": self.temperatures,
+            "moves": s.moves,
+            "schedule": s.schedule,
+        }
 
     @property
     def temperatures(self) -> Optional[int]:
@@ -265,13 +280,7 @@ class RunRecord:
             "target_path": self.target.path,
             "target_sha256": self.target.sha256,
             "label": self.label,
-            "method": s.method,
-            "sampler": None if s.adaptive else s.sampler,
-            "backward": None if s.adaptive else s.backward,
-            "steps": None if s.adaptive else int(s.steps),
-            "temperatures": self.temperatures,
-            "moves": s.moves,
-            "schedule": s.schedule,
+            **self._what_ran(),
             "log_z": finite(self.log_z),
             "log_z_stderr": finite(self.log_z_stderr),
             "log_z_stderr_method": self.combined.log_z_stderr_method,
@@ -357,131 +366,6 @@ def smc_section(repeats: Sequence[dict]) -> Optional[dict]:
     for key in ("ess", "acceptance", "step_size", "beta"):
         first[key] = [finite(v) for v in first[key]]
     return json_ready(first)
-
-
-@dataclasses.dataclass(frozen=True)
-class DatumRecord:
-    """One datum's estimate of a conditional target (`"record": "datum"`, docs/json.md).
-
-    The fields are the JSON values themselves (numbers finite or None), so a record read back from a
-    checkpoint's data log (`from_dict`) equals the one written. `status` is `"failed"` when the datum's
-    weights were all unusable: `log_z` is None and `reasons` says why. `smc` is the datum's `smc`
-    section (`smc_section`), None for importance sampling.
-    """
-
-    datum: int
-    log_z: Optional[float]
-    log_z_stderr: Optional[float]
-    log_z_stderr_method: str
-    delta_stderr: Optional[float]
-    ess: Optional[float]
-    num_samples: int
-    pareto_k: Optional[float]
-    elbo: Optional[float]
-    status: str
-    reasons: tuple[str, ...]
-    reason_codes: tuple[dict, ...]
-    known_log_z: Optional[float]
-    error: Optional[float]  # log_z - known_log_z
-    seconds: float
-    smc: Optional[dict]
-
-    @classmethod
-    def of(
-        cls, datum: int, est: Optional[Estimate], known_log_z: Optional[float], error: str = "",
-        smc: Optional[dict] = None,
-    ) -> "DatumRecord":
-        """The record of datum `datum` from its estimate (None: failed, `error` says why) and its SMC
-        diagnostics (`run.estimate_populations`, None for importance sampling)."""
-        section, known = smc_section(() if smc is None else (smc,)), finite(known_log_z)
-        if est is None:
-            codes = tuple(code_dicts([Reason("failed", {"error": error})]))
-            return cls(
-                datum=int(datum), log_z=None, log_z_stderr=None, log_z_stderr_method="none", delta_stderr=None,
-                ess=None, num_samples=0, pareto_k=None, elbo=None, status="failed", reasons=(error,),
-                reason_codes=codes, known_log_z=known, error=None, seconds=0.0, smc=section,
-            )
-        return cls(
-            datum=int(datum), log_z=finite(est.log_z), log_z_stderr=finite(est.log_z_stderr),
-            log_z_stderr_method=est.log_z_stderr_method, delta_stderr=finite(est.delta_stderr), ess=finite(est.ess),
-            num_samples=int(est.num_samples), pareto_k=finite(est.pareto_k), elbo=finite(est.elbo),
-            status=est.status.value, reasons=tuple(texts(est.reasons)), reason_codes=tuple(code_dicts(est.reasons)),
-            known_log_z=known, error=finite(est.log_z - known_log_z) if known_log_z is not None else None,
-            seconds=round(float(est.seconds), 4), smc=section,
-        )
-
-    @classmethod
-    def from_dict(cls, line: dict) -> "DatumRecord":
-        """The record of a JSON line written from `as_dict` (KeyError if a field is missing)."""
-        values = {f.name: line[f.name] for f in dataclasses.fields(cls)}
-        return cls(**{**values, "reasons": tuple(values["reasons"]), "reason_codes": tuple(values["reason_codes"])})
-
-    def as_dict(self) -> dict:
-        """The JSON line (docs/json.md)."""
-        out = {"record": "datum", **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
-        return {**out, "reasons": list(self.reasons), "reason_codes": list(self.reason_codes)}
-
-
-def datum_record(
-    datum: int, est: Optional[Estimate], known_log_z: Optional[float], error: str = "", smc: Optional[dict] = None
-) -> dict:
-    """The JSON line of one datum: `DatumRecord.of(...).as_dict()`."""
-    return DatumRecord.of(datum, est, known_log_z, error, smc).as_dict()
-
-
-@dataclasses.dataclass(frozen=True)
-class DataRecord:
-    """The summary of a conditional target's per-datum run (`"record": "summary"`, docs/json.md).
-
-    `summary` combines the data with a finite estimate (`stats.summarize_data`); `known_mean_log_z`
-    is the mean of the file's `log_z(x)` over them (None unless every one has it); `smc` is the
-    summary's `smc` section (None for importance sampling); `training` holds the iterations as run;
-    `policy` is the default policy's account of its stages (None when options fixed the method).
-    """
-
-    target: TargetInfo
-    sampler: SamplerConfig
-    training: TrainConfig
-    amortise: bool
-    data_index: tuple[int, int]  # [start, stop) in the full data set
-    num_data: int
-    summary: DataSummary
-    known_mean_log_z: Optional[float]
-    counts: dict  # data per status: ok, warn, unreliable, failed
-    num_samples: int  # per datum
-    smc: Optional[dict]
-    data_batch: int
-    skipped_steps: int
-    recoveries: int
-    train_seconds: float
-    estimate_seconds: float
-    seed: int
-    device: str
-    x64: bool
-    version: str = __version__
-    policy: Optional[dict] = None  # the default policy's stages (run.perdatum); None when options fixed the method
-    checkpoint_failures: int = 0  # data-log lines that could not be written (the run went on)
-
-    def as_dict(self) -> dict:
-        """The JSON line (docs/json.md)."""
-        s, t, c = self.sampler, self.training, self.counts
-        return {
-            "record": "summary", "schema_version": SCHEMA_VERSION, "target": self.target.name, "dim": self.target.dim,
-            "target_info": dataclasses.asdict(self.target), "label": s.label, "method": s.method,
-            "sampler": None if s.adaptive else s.sampler, "backward": None if s.adaptive else s.backward,
-            "steps": None if s.adaptive else s.steps, "moves": s.moves, "amortise": bool(self.amortise),
-            "data_index": list(self.data_index), "num_data": self.num_data,
-            "num_estimated": self.summary.num_data, "mean_log_z": finite(self.summary.mean),
-            "mc_stderr": finite(self.summary.mc_stderr), "data_stderr": finite(self.summary.data_stderr),
-            "known_mean_log_z": self.known_mean_log_z, "counts": dict(c),
-            "not_ok": c["warn"] + c["unreliable"] + c["failed"], "num_samples": self.num_samples, "smc": self.smc,
-            "iterations": t.iterations, "batch_size": t.batch_size, "data_batch": self.data_batch, "lr": t.lr,
-            "skipped_steps": self.skipped_steps, "recoveries": self.recoveries,
-            "checkpoint_failures": int(self.checkpoint_failures), "train_seconds": round(self.train_seconds, 3), "estimate_seconds": round(self.estimate_seconds, 3),
-            "seed": self.seed, "sampler_config": dataclasses.asdict(s), "train_config": dataclasses.asdict(t),
-            "device": self.device, "precision": "float64" if self.x64 else "float32", "version": self.version,
-            "policy": self.policy,
-        }
 
 
 def comparison_record(comparison: Any, records: Sequence[dict], seed: int) -> dict:

@@ -17,6 +17,9 @@ from mcd_cli.report.format import (
 )
 
 
+Row = tuple[str, Any]  # (name, value) of a `_names_and_values` table; the value a str or a Text
+
+
 def _names_and_values(title: str) -> Table:
     """An empty two-column table without a header: names in bold, values beside them."""
     table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
@@ -44,16 +47,38 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
         curve: the training ELBO per iteration (of the first repeat), drawn as a sparkline.
     """
     table = _names_and_values(f"{rec['label']} on {rec['target']} (d = {rec['dim']})")
+    # Built in the table's order, so a record missing a field fails where it always did.
+    rows = [*_verdict_rows(rec), *_what_rows(rec), *_estimate_rows(rec), *_weight_rows(rec)]
+    rows += [*_training_rows(rec), *_curve_rows(curve), *_run_rows(rec)]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _verdict_rows(rec: dict) -> list[Row]:
+    """The verdict with its reasons, and the advice when it is not "ok"."""
     status = rec.get("status", "ok")
     verdict = fmt_status(status)
     if status != "ok":
         verdict.append(f"  {'; '.join(rec['reasons'])}", style="")
-    table.add_row("verdict", verdict)
+    rows: list[Row] = [("verdict", verdict)]
     if status != "ok":
-        table.add_row("advice", rec["advice"])
+        rows.append(("advice", rec["advice"]))
+    return rows
+
+
+def _what_rows(rec: dict) -> list[Row]:
+    """The target with its parameters, and the estimator (`estimator_line`)."""
     params = ", ".join(f"{k}={v}" for k, v in rec["target_params"].items())
-    table.add_row("target", f"{rec['target']}  d = {rec['dim']}" + (f"  ({params})" if params else ""))
-    table.add_row("estimator", estimator_line(rec))
+    return [
+        ("target", f"{rec['target']}  d = {rec['dim']}" + (f"  ({params})" if params else "")),
+        ("estimator", estimator_line(rec)),
+    ]
+
+
+def _estimate_rows(rec: dict) -> list[Row]:
+    """log Ẑ with its standard error and how that was found, the standard errors' disagreement if
+    any, and the known log Z with the error."""
     label = "log Ẑ" if rec["repeats"] == 1 else f"log Ẑ (mean of {rec['repeats']})"
     estimate = Text(fmt_log_z(rec["log_z"], rec["log_z_stderr"]), style="bold")
     method = _SE_METHOD.get(rec["log_z_stderr_method"], rec["log_z_stderr_method"])
@@ -61,80 +86,112 @@ def estimate_table(rec: dict, curve: Sequence[float] = ()) -> Table:
     if rec["log_z_stderr_method"] == "replicates" and rec["repeats"] == 1 and smc and smc.get("populations", 1) > 1:
         method = f"spread over the {smc['populations']} SMC populations"
     estimate.append(f"  ({method})", style="")
-    table.add_row(label, estimate)
+    rows: list[Row] = [(label, estimate)]
     if rec.get("stderr_disagree"):
-        table.add_row(
-            "standard errors",
-            Text(
-                f"disagree: spread over repeats {fmt(rec['replicate_stderr'])}, per-run delta "
-                f"method {fmt(rec['delta_stderr'])}",
-                style="yellow",
-            ),
+        disagree = (
+            f"disagree: spread over repeats {fmt(rec['replicate_stderr'])}, per-run delta "
+            f"method {fmt(rec['delta_stderr'])}"
         )
+        rows.append(("standard errors", Text(disagree, style="yellow")))
     if rec["reference_log_z"] is not None:
-        table.add_row("known log Z", f"{fmt(rec['reference_log_z'])}  (error {rec['error']:+.3f})")
+        rows.append(("known log Z", f"{fmt(rec['reference_log_z'])}  (error {rec['error']:+.3f})"))
     else:
-        table.add_row("known log Z", "unknown")
-    table.add_row("ELBO", fmt(rec["elbo"]))
+        rows.append(("known log Z", "unknown"))
+    return rows
+
+
+def _weight_rows(rec: dict) -> list[Row]:
+    """What the weights say: ELBO, ESS, Pareto k̂, the SMC summary and log Ẑ without SMC."""
+    rows: list[Row] = [("ELBO", fmt(rec["elbo"]))]
     ess = rec["ess"]
-    table.add_row(
-        "ESS",
-        "—" if ess is None else f"{ess:.1f} of {rec['num_samples']}  (ESS/N = {rec['ess_per_sample']:.3f})",
-    )
-    table.add_row("Pareto k̂", fmt_pareto(rec["pareto_k"]) if rec.get("pareto_tail", True) else Text("— (no tail: the largest weights are equal)", style="green"))
-    if rec.get("smc"):
-        table.add_row("SMC", smc_line(rec["smc"]))
-    if rec.get("log_z_is") is not None:
-        table.add_row("log Ẑ without SMC", fmt_log_z(rec["log_z_is"], rec.get("log_z_is_stderr")) + "  (importance sampling, same kernels)")
-    if rec["loaded_from"]:
-        training = f"loaded from {rec['loaded_from']}"
+    rows.append(("ESS", "—" if ess is None else f"{ess:.1f} of {rec['num_samples']}  (ESS/N = {rec['ess_per_sample']:.3f})"))
+    if rec.get("pareto_tail", True):
+        rows.append(("Pareto k̂", fmt_pareto(rec["pareto_k"])))
     else:
-        ran = rec.get("iterations_run", rec["iterations"])
-        if rec.get("stop") == "plateau":
-            reasons = set(rec.get("stop_reasons") or ())
-            why = "ELBO plateaued" if reasons == {"plateau"} else "cap reached" if reasons == {"iterations"} else "plateau or cap"
-            count = f"{ran} iterations (auto, at most {rec['iterations']}: {why})"
-        else:
-            count = f"{ran} iterations"
-        training = (
-            f"{count} × batch {rec['batch_size']}, {rec.get('loss', 'elbo')} loss, lr {rec['lr']:g}, "
-            f"{rec['train_seconds']:.1f} s"
-        )
-        if (rec.get("config") or {}).get("train_with") == "smc":
-            training += "; SMC in the loop (loss and ELBO summed over the segments between resamplings)"
-        if rec["skipped_steps"] or rec["recoveries"]:
-            training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
+        rows.append(("Pareto k̂", Text("— (no tail: the largest weights are equal)", style="green")))
+    if rec.get("smc"):
+        rows.append(("SMC", smc_line(rec["smc"])))
+    if rec.get("log_z_is") is not None:
+        without = fmt_log_z(rec["log_z_is"], rec.get("log_z_is_stderr")) + "  (importance sampling, same kernels)"
+        rows.append(("log Ẑ without SMC", without))
+    return rows
+
+
+def _training_text(rec: dict) -> str:
+    """The training: the checkpoint it was loaded from, or its iterations (and why they stopped,
+    with `--iterations auto`), batch, loss, learning rate, time and skipped updates."""
+    if rec["loaded_from"]:
+        return f"loaded from {rec['loaded_from']}"
+    ran = rec.get("iterations_run", rec["iterations"])
+    if rec.get("stop") == "plateau":
+        reasons = set(rec.get("stop_reasons") or ())
+        why = "ELBO plateaued" if reasons == {"plateau"} else "cap reached" if reasons == {"iterations"} else "plateau or cap"
+        count = f"{ran} iterations (auto, at most {rec['iterations']}: {why})"
+    else:
+        count = f"{ran} iterations"
+    training = (
+        f"{count} × batch {rec['batch_size']}, {rec.get('loss', 'elbo')} loss, lr {rec['lr']:g}, "
+        f"{rec['train_seconds']:.1f} s"
+    )
+    if (rec.get("config") or {}).get("train_with") == "smc":
+        training += "; SMC in the loop (loss and ELBO summed over the segments between resamplings)"
+    if rec["skipped_steps"] or rec["recoveries"]:
+        training += f"  (skipped {rec['skipped_steps']}, recoveries {rec['recoveries']})"
+    return training
+
+
+def _start_text(rec: dict) -> str:
+    """The start: the initialisation, the step sizes of the curvature run (and the AIS check's scaling) and its time."""
     start = rec.get("init_method") or rec.get("init")
     sizes = rec.get("initial_step_sizes")
     if sizes:
-        start += f"; step sizes from the pilot, {sizes['first']:.3g} → {sizes['last']:.3g} (min {sizes['min']:.3g})"
+        start += f"; step sizes from the curvature run, {sizes['first']:.3g} → {sizes['last']:.3g} (min {sizes['min']:.3g})"
         scale = rec.get("initial_step_scale")
         if scale is not None and scale != 1.0:
             start += f", scaled by {scale:g} by the AIS check"
     if rec.get("start_seconds"):
         start += f", {rec['start_seconds']:.1f} s"
+    return start
+
+
+def _training_rows(rec: dict) -> list[Row]:
+    """The start (unless the parameters were loaded), the training (unless nothing was trained) and
+    the default policy's stages."""
+    training, start = _training_text(rec), _start_text(rec)
+    rows: list[Row] = []
     if not rec["loaded_from"]:
-        table.add_row("start", start)
+        rows.append(("start", start))
     if rec["loaded_from"] or rec["iterations"]:
-        table.add_row("training", training)
+        rows.append(("training", training))
     if rec.get("policy"):
-        table.add_row("policy", policy_line(rec["policy"]))
+        rows.append(("policy", policy_line(rec["policy"])))
+    return rows
+
+
+def _curve_rows(curve: Sequence[float]) -> list[Row]:
+    """The training ELBO as a sparkline with the means of its first and last tenth (none without a
+    finite value)."""
     finite_curve = [x for x in curve if math.isfinite(x)]
-    if finite_curve:
-        tenth = max(1, len(finite_curve) // 10)
-        first, last = finite_curve[:tenth], finite_curve[-tenth:]
-        table.add_row(
-            "training ELBO",
-            f"{sparkline(curve)}  {sum(first) / len(first):.3f} → {sum(last) / len(last):.3f} "
-            "(first and last tenth)",
-        )
+    if not finite_curve:
+        return []
+    tenth = max(1, len(finite_curve) // 10)
+    first, last = finite_curve[:tenth], finite_curve[-tenth:]
+    return [(
+        "training ELBO",
+        f"{sparkline(curve)}  {sum(first) / len(first):.3f} → {sum(last) / len(last):.3f} (first and last tenth)",
+    )]
+
+
+def _run_rows(rec: dict) -> list[Row]:
+    """The estimation (samples, time, non-finite weights left out), the seed and the device."""
     estimation = f"{rec['num_samples']} samples, {rec['estimate_seconds']:.1f} s"
     if rec["nonfinite_weights"]:
         estimation += f"  ({rec['nonfinite_weights']} non-finite weights left out)"
-    table.add_row("estimation", estimation)
-    table.add_row("seed", str(rec["seed"]) + (f"  ({rec['repeats']} repeats)" if rec["repeats"] > 1 else ""))
-    table.add_row("device", f"{rec['device']}, {rec['precision']}")
-    return table
+    return [
+        ("estimation", estimation),
+        ("seed", str(rec["seed"]) + (f"  ({rec['repeats']} repeats)" if rec["repeats"] > 1 else "")),
+        ("device", f"{rec['device']}, {rec['precision']}"),
+    ]
 
 
 def per_datum_table(rec: dict) -> Table:

@@ -40,10 +40,10 @@ def smc_settings(s: SamplerConfig, population: int, populations: int) -> dict:
 TUNING_STREAM = 0x7E1E
 
 
-def tuned_refinement(s: SamplerConfig, run_pilot: Callable[[], Any]) -> Optional[Any]:
+def tuned_refinement(s: SamplerConfig, run_tuning: Callable[[], Any]) -> Optional[Any]:
     """The frozen refinement with `refine_tuning="pilot"`: the per-step parameters and resampling
-    steps (`SMCOutput.tuning`, a `smc.FixedTuning`) of one pilot population, adapted from its own
-    particles, run by `run_pilot` with a key no estimating population shares; with adaptive
+    steps (`SMCOutput.tuning`, a `smc.FixedTuning`) of one tuning population, adapted from its own
+    particles, run by `run_tuning` with a key no estimating population shares; with adaptive
     tempering also its temperatures and resamplings (a `smc.Tempering`, replayed by
     `smc.run_replay`). None (each population adapts from its own particles) otherwise. The
     estimating populations then move with kernels and a schedule fixed before they draw a random
@@ -51,7 +51,7 @@ def tuned_refinement(s: SamplerConfig, run_pilot: Callable[[], Any]) -> Optional
     steps")."""
     if s.refine == "none" or s.refine_tuning != "pilot":
         return None
-    return run_pilot().tuning
+    return run_tuning().tuning
 
 
 def estimate_smc(
@@ -133,6 +133,20 @@ def estimate_populations(
     Raises:
         RunFailed: every weight vanished, or adaptive tempering did not reach β = 1.
     """
+    estimates, outputs = run_populations(s, population, num_samples, run_population, callback)
+    merged, mixing, drift = judge_populations(s, population, estimates, outputs)
+    diagnostics = population_diagnostics(s, population, estimates, outputs, mixing, drift)
+    if importance is not None:
+        diagnostics.update(importance_diagnostics(importance))
+    return merged, diagnostics
+
+
+def run_populations(
+    s: SamplerConfig, population: int, num_samples: int, run_population: Callable[[int], Any],
+    callback: Callable[[int, int], None],
+) -> tuple[list, list]:
+    """The `num_samples / population` runs, one after the other, on the host without their
+    particles and tuning: `(their estimates, their SMCOutputs)`; `callback` after each."""
     runs = num_samples // population
     estimates, outputs = [], []
     for j in range(runs):
@@ -146,6 +160,15 @@ def estimate_populations(
         )
         outputs.append(out)
         callback((j + 1) * population, num_samples)
+    return estimates, outputs
+
+
+def judge_populations(
+    s: SamplerConfig, population: int, estimates: list, outputs: list
+) -> tuple[Any, Optional[float], Optional[tuple[float, float, float]]]:
+    """The runs merged and judged: `(estimate, median move correlation or None, pooled
+    stationarity test or None)`. RunFailed where every weight vanished or adaptive tempering did
+    not reach β = 1."""
     # The populations are replicates of one sampler: they share one tail.
     merged = tail_verdict(merge_runs(estimates), [e.pareto_k for e in estimates], population)
     if not math.isfinite(merged.log_z):
@@ -166,15 +189,26 @@ def estimate_populations(
         corr = corr[np.isfinite(corr)]
         mixing = float(np.median(corr)) if corr.size else None
         merged = mixing_verdict(merged, mixing)
-    merged = population_verdict(merged, runs)
+    merged = population_verdict(merged, len(outputs))
     drift = stationarity_of(outputs)
-    extra_moves = None if drift is None else stationarity_moves(s)
     if drift is not None:
-        merged = stationarity_verdict(merged, *drift, extra_moves)
+        merged = stationarity_verdict(merged, *drift, stationarity_moves(s))
+    return merged, mixing, drift
+
+
+def population_diagnostics(
+    s: SamplerConfig, population: int, estimates: list, outputs: list, mixing: Optional[float],
+    drift: Optional[tuple[float, float, float]],
+) -> dict:
+    """The record's `smc` section of the runs (its `log_z_is*` None: `importance_diagnostics`):
+    the settings, each run's outcome, and the first run's trace."""
+    first = outputs[0]
+    k = int(first.steps)
+    extra_moves = None if drift is None else stationarity_moves(s)
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
     acceptance = acceptance[np.isfinite(acceptance)]
-    diagnostics = {
-        **smc_settings(s, population, runs),
+    return {
+        **smc_settings(s, population, len(outputs)),
         "steps": [int(o.steps) for o in outputs],
         "resamplings": [int(o.resamplings) for o in outputs],
         "final_ess": [float(e.ess / e.num_samples) for e in estimates],
@@ -198,16 +232,16 @@ def estimate_populations(
         "log_z_is_stderr": None,
         "log_z_is_status": None,
     }
-    if importance is not None:
-        try:
-            log_w = importance()
-            plain = summarize(log_w)
-            diagnostics.update(
-                log_z_is=plain.log_z, log_z_is_stderr=plain.log_z_stderr, log_z_is_status=plain.status.value
-            )
-        except RunFailed:
-            diagnostics["log_z_is_status"] = "unreliable"
-    return merged, diagnostics
+
+
+def importance_diagnostics(importance: Callable[[], np.ndarray]) -> dict:
+    """`log_z_is`, its standard error and status: the importance-sampling estimate of the same
+    kernels (`importance()`, its log weights); status "unreliable" where it failed."""
+    try:
+        plain = summarize(importance())
+    except RunFailed:
+        return {"log_z_is_status": "unreliable"}
+    return {"log_z_is": plain.log_z, "log_z_is_stderr": plain.log_z_stderr, "log_z_is_status": plain.status.value}
 
 
 class Estimation(NamedTuple):

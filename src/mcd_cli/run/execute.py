@@ -25,36 +25,31 @@ from mcd_cli.run.draws import concatenate
 from mcd_cli.run.estimate import Estimation, Estimator, estimator
 from mcd_cli.run.fit import Fit, Fitted, fitter, saved_on_interrupt, trained_config
 from mcd_cli.run.plan import NoProgress, Progress, RunPlan, device_name, estimation_root, file_meta, sharded_plan
-from mcd_cli.run.policy import run_policy
 from mcd_cli.run.start import Start, start
 from mcd_cli.stats import combine_estimates
 
 
-def execute(plan: RunPlan, progress: Optional[Progress] = None) -> RunRecord:
-    """Fits (or loads) and estimates `plan.repeats` times; returns the record. With a `plan.policy`,
-    the policy chooses the method and the effort, running each stage through `execute` (`run.policy`).
+def execute(plan: RunPlan, progress: Optional[Progress] = None, made: Optional[dict] = None) -> RunRecord:
+    """Fits (or loads) and estimates `plan.repeats` times; returns the record. `made` keeps what the
+    runs given the same one share, each exactly what making it again would give: the start (its
+    keys are the root's, the same for every stage of a default-policy run) and the kernels a stage
+    trained, which a later stage training as it did uses (`RunPlan.train_stage`).
 
     Raises:
         Interrupted: Ctrl-C during training or the estimate that follows it (the state was saved).
         RunFailed: the estimate could not be made (training diverged, no finite weight).
     """
-    progress = progress or NoProgress()
-    if plan.policy is not None:
-        made: dict = {}
-        return run_policy(plan, progress, lambda stage, shown: _execute(stage, shown, made))
-    return _execute(plan, progress, {})
+    return _execute(plan, progress or NoProgress(), {} if made is None else made)
 
 
 def _execute(plan: RunPlan, progress: Progress, made: dict) -> RunRecord:
-    """`execute` of one plan. `made` keeps what the stages of a policy run share, each exactly what
-    making it again would give: the start (its keys are the root's, the same for every stage) and
-    the kernels a pilot trained, which its final run uses (`RunPlan.train_stage`)."""
+    """`execute` of one plan, sharing what `made` holds."""
     layout = devices.particle_layout(plan.devices)
     plan = sharded_plan(plan)
-    pilot = plan.load is None and trained_config(plan).iterations > 0
+    sizes = plan.load is None and trained_config(plan).iterations > 0  # initial step sizes to measure
     # A policy's stages share the start, one per initial distribution and schedule start.
-    shared = (pilot, plan.sconf.init, plan.sconf.schedule_start)
-    begin = made[shared] if shared in made else made.setdefault(shared, start(plan, pilot=pilot))
+    shared = (sizes, plan.sconf.init, plan.sconf.schedule_start)
+    begin = made[shared] if shared in made else made.setdefault(shared, start(plan, measure_steps=sizes))
     fit, tconf = fitter(plan, begin.target, begin.step_sizes, layout.particles, begin.betas)
     if plan.stage is not None:  # the key leaves out the update count: a final run names the count its
         # pilot's time-bounded training reached (`RunPlan.train_seconds`), so that its config reproduces it

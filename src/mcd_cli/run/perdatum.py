@@ -19,12 +19,9 @@ on that datum's target (`datum_population`): `num_samples` particles in populati
 a fixed schedule, or adaptive tempering with no training at all. Only one population is held at a
 time, so memory is bounded by the population, whatever the number of data.
 
-With `plan.policy` (`mcd estimate` with no method option) `run.policy` runs over data: a pilot
-estimates the first `PILOT_DATA` data by untrained adaptive SMC at an `Effort`; when they are not
-all `ok`, the union of their reason codes raises it (`effort.escalate`); a final run, with keys no
-pilot used, estimates every datum at the chosen effort. No rung trains (training per datum is the
-cost the policy avoids): when only training is left, the final run takes the last effort. Only the
-final run's records are emitted; the summary's `policy` lists every stage.
+The default policy (`mcd estimate` with no method option) runs over data by stages
+(`mcd_cli.policy.perdatum`): pilots of untrained adaptive SMC on the first `PILOT_DATA` data, then a
+final run over every datum; each stage is an `execute` of its plan.
 
 Keys: `fold_in(key(seed), 0)` (for stage s of a policy run, then `fold_in(·, STAGE_STREAM + s)`) is
 split into an initialisation and an estimation key; datum `i` (its index in the full data set)
@@ -48,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -66,12 +62,10 @@ from mcd_cli.io import files
 from mcd_cli.config import SamplerConfig, TrainConfig
 from mcd_cli.errors import RunFailed, UsageError, os_reason
 from mcd_cli.record import DataRecord, DatumRecord, TargetInfo, finite
-from mcd_cli.run.defaults import DEFAULT_CHUNK, PILOT_POPULATIONS, population_size
+from mcd_cli.run.defaults import DEFAULT_CHUNK, population_size
 from mcd_cli.run.estimate import TUNING_STREAM, estimate_populations, tuned_refinement
 from mcd_cli.run.fit import Checkpoints, saved_on_interrupt, trained_config
 from mcd_cli.run.plan import STAGE_STREAM, NoProgress, Progress, device_name
-from mcd_cli.run.effort import Effort, escalate, first_effort
-from mcd_cli.run.policy import Policy, StageProgress, final_samples
 from mcd_cli.run.smc_kernels import run_smc
 from mcd_cli.run.tally import Tally
 from mcd_cli.run.validate import validate_populations
@@ -106,7 +100,6 @@ class PerDatumPlan:
     checkpoint_every: int = 0
     resume: bool = False
     devices: Optional[int] = None  # devices per process to shard particles over (None: all)
-    policy: Optional[Policy] = None  # the default policy: pilots choose the effort (None: as given)
     stage: Optional[int] = None  # stage s of a policy run: keys from fold_in(root, STAGE_STREAM + s)
 
     @property
@@ -162,7 +155,7 @@ def validate(plan: PerDatumPlan) -> None:
         )
     if s.step_size != "fixed":
         raise UsageError(
-            "the step-size pilot fits one target; a conditional target's step sizes start at "
+            "the curvature run of --step-size auto fits one target; a conditional target's step sizes start at "
             "--step-size NUMBER and are learned over the data: give a number"
         )
     if s.smc:
@@ -173,11 +166,6 @@ def validate(plan: PerDatumPlan) -> None:
         raise UsageError(
             f"context_dim {s.context_dim} does not match the target's features ({plan.target.context_dim}); "
             "drop context_dim from the settings"
-        )
-    if plan.policy is not None and plan.policy.time_limit is not None:
-        raise UsageError(
-            "--time-limit is not available for a conditional target (its final run estimates every datum); "
-            "bound the work with --data-index or --samples"
         )
     devices.particle_layout(plan.devices)  # enough devices?
     if plan.resume and plan.checkpoint_dir is None:
@@ -317,7 +305,7 @@ def _log_datum(path: Path, rec: DatumRecord, tally: Tally) -> None:
             )
 
 
-def _data_record(plan: PerDatumPlan, tally: Tally) -> DataRecord:
+def data_record(plan: PerDatumPlan, tally: Tally) -> DataRecord:
     """The summary record of the data `tally` counted; `RunFailed` when none gave a finite estimate."""
     target, s, t = plan.target, plan.sconf, plan.tconf
     if not tally.log_z:
@@ -358,17 +346,14 @@ def execute(
 
     With adaptive tempering nothing is trained (its moves are Metropolis moves): `iterations` is
     taken as 0. `on_datum` receives each datum's record as it is made (not the records of data a
-    resumed run had finished, nor a policy's pilots'). With `plan.policy`, pilots choose the effort
-    first (the module docstring).
+    resumed run had finished). The default policy runs it by stages (`mcd_cli.policy.perdatum`).
     """
     progress = progress or NoProgress()
-    if plan.policy is not None:
-        return _with_policy(plan, on_datum, progress)
     plan = dataclasses.replace(plan, tconf=trained_config(plan))
-    return _data_record(plan, _estimate_all(plan, on_datum, progress))
+    return data_record(plan, estimate_all(plan, on_datum, progress))
 
 
-def _estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Progress) -> Tally:
+def estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Progress) -> Tally:
     """Fits (once, or per datum) and estimates every datum of `plan.target`: what the summary keeps."""
     layout = devices.particle_layout(plan.devices)
     sharding = layout.particles if layout.count > 1 else None
@@ -391,65 +376,3 @@ def _estimate_all(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], p
         tally.add(rec)
         callback(done + 1, plan.target.num_data)
     return tally
-
-
-def stage_plan(plan: PerDatumPlan, effort: Effort, num_samples: int, index: int, pilot: bool) -> PerDatumPlan:
-    """Stage `index` of a policy run: untrained adaptive SMC at `effort`, with its own keys; a pilot
-    estimates the first `PILOT_DATA` data and keeps no checkpoint (a resumed run makes it again)."""
-    sconf, tconf = effort.configs(plan.sconf, plan.tconf, pilot)
-    target = plan.target.select(0, min(PILOT_DATA, plan.target.num_data)) if pilot else plan.target
-    checkpoint_dir = None if pilot else plan.checkpoint_dir
-    return dataclasses.replace(
-        plan, target=target, sconf=dataclasses.replace(sconf, context_dim=0), tconf=tconf, amortise=False,
-        num_samples=num_samples, particles=effort.population, stage=index, policy=None,
-        checkpoint_dir=checkpoint_dir, resume=plan.resume and not pilot,
-    )
-
-
-def _with_policy(plan: PerDatumPlan, on_datum: Callable[[DatumRecord], None], progress: Progress) -> DataRecord:
-    """Pilots on the first data, then the final run over every datum (the module docstring); the
-    final run's summary, with the policy's account (`DataRecord.policy`)."""
-    policy: Policy = plan.policy
-    began = time.monotonic()
-    stages: list[dict] = []
-
-    def one(effort: Effort, n: int, pilot: bool, emit: Callable[[DatumRecord], None]) -> tuple[PerDatumPlan, Tally]:
-        role = "pilot" if pilot else "final"
-        shown = StageProgress(progress, f"stage {len(stages) + 1} ({role})")
-        t0 = time.monotonic()
-        run = stage_plan(plan, effort, n, len(stages), pilot)
-        tally = _estimate_all(run, emit, shown)
-        indices = run.target.indices
-        stages.append({
-            "stage": len(stages), "role": role, "method": effort.describe(), "effort": dataclasses.asdict(effort),
-            "num_samples": n, "data_index": [int(indices[0]), int(indices[-1]) + 1], "counts": dict(tally.counts),
-            "reason_codes": sorted(tally.codes), "max_log_z_stderr": finite(max(tally.stderr, default=math.nan)),
-            "seconds": round(time.monotonic() - t0, 3), "decision": "",
-        })
-        return run, tally
-
-    effort = first_effort(plan)
-    for pilot_index in range(policy.max_pilots):
-        n_pilot = PILOT_POPULATIONS * effort.population
-        _, tally = one(effort, n_pilot, True, lambda rec: None)
-        ok = tally.counts["ok"] == sum(tally.counts.values())
-        raised, why = (None, "") if ok else escalate(effort, tally.codes, plan, can_transport=False)
-        if raised is not None and raised.trained:  # no trained rung per datum
-            raised, why = None, "nothing left to raise in adaptive SMC"
-        elif raised is not None and pilot_index == policy.max_pilots - 1:
-            raised, why = None, "pilots used up"
-        if raised is not None:
-            stages[-1]["decision"], effort = f"pilot data not all ok: {why}", raised
-            continue
-        # Sized for the largest pilot datum's SE.
-        n, size = final_samples(plan, effort, stages[-1]["max_log_z_stderr"], n_pilot, policy.max_se)
-        verdict = "pilot data ok" if ok else f"pilot data not all ok, {why}"
-        stages[-1]["decision"] = f"{verdict}: final run over every datum at this effort, {size}"
-        break
-    run, tally = one(effort, n, False, on_datum)
-    stages[-1]["decision"] = "reported"
-    account = {
-        "max_se": policy.max_se, "time_limit": None, "learn": False, "stopped": "plan",
-        "reported_stage": len(stages) - 1, "seconds": round(time.monotonic() - began, 3), "stages": stages,
-    }
-    return dataclasses.replace(_data_record(run, tally), policy=account)

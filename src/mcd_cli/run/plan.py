@@ -72,8 +72,7 @@ class RunPlan:
     devices: Optional[int] = None  # devices per process to shard particles over (None: all)
     model_index: Optional[int] = None  # model i of a comparison: root key fold_in(key(seed), i)
     particles: Optional[int] = None  # SMC population size (None: one population of num_samples)
-    policy: Optional[Any] = None  # `run.policy.Policy`: pilots choose the method and effort (None: as given)
-    stage: Optional[int] = None  # stage s of a policy run: its keys come from fold_in(root, STAGE_STREAM + s)
+    stage: Optional[int] = None  # stage s of a default-policy run (`mcd_cli.policy`): keys from fold_in(root, STAGE_STREAM + s)
     train_stage: Optional[int] = None  # a policy run's final stage trains as this (pilot) stage did (None: `stage`)
     train_seconds: Optional[float] = None  # training stops after this much wall time (a policy's learning pilot)
     train_min_updates: Optional[int] = None  # ...or once its rate says it will not make this many by then
@@ -106,7 +105,7 @@ STAGE_STREAM = 0x57A0  # fold_in(root key, STAGE_STREAM + s): the root of a poli
 def estimation_root(plan: "RunPlan", stage: Optional[int] = None) -> jax.Array:
     """The key the repeats of `plan` fold their index into: the root key, or for stage s of a
     policy run (`stage`, default `plan.stage`) `fold_in(root, STAGE_STREAM + s)`, so that no two
-    stages share random numbers. The start (initial distribution, step-size pilot) keeps the root
+    stages share random numbers. The start (initial distribution, curvature run) keeps the root
     key: it is the same for every stage."""
     stage = plan.stage if stage is None else stage
     root = root_key(plan.seed, plan.model_index)

@@ -1,7 +1,9 @@
 """The population sampler of a `SamplerConfig`: its kernels looked up by name, and the run.
 
-`mcd_cli.smc` takes kernels as values; this is where the names of the configuration
-(`--sampler`, `--backward`, `--refine`, `--resampling`) become those values.
+`mcd_cli.smc` takes kernels as values and builds its `SMCKernel` from them (`init(key, num)`,
+`step(key, population) -> (population, info)`: `smc.step.build_kernel` on a fixed schedule,
+`smc.tempering.build_kernel` when adaptive), which `smc.run` loops; this is where the names of the
+configuration (`--sampler`, `--backward`, `--refine`, `--resampling`) become those values.
 
 Example:
     >>> from mcd_cli.config import SamplerConfig
@@ -70,7 +72,9 @@ def compiled(
     target: Target, sconf: SamplerConfig, num: int, adapt: bool = True, sharding: Optional[NamedSharding] = None
 ) -> Callable:
     """`run_smc` compiled for one target, configuration and population size: `(params, key[, frozen])
-    -> SMCOutput`, `frozen` the refinement's parameters per step of a fixed schedule (`smc.run_fixed`).
+    -> SMCOutput`, `frozen` an earlier run's `SMCOutput.tuning`: the refinement's parameters and
+    resampling steps of a fixed schedule (`smc.run_fixed`), or adaptive tempering's choices, replayed
+    (`smc.run_replay`).
 
     With `sharding` (`num` a multiple of its device count) the population is split over its mesh
     and the output is replicated, so every process holds it.

@@ -1,4 +1,4 @@
-"""How a run starts: the initial distribution, a tempered schedule's start, then the step sizes of the pilot."""
+"""How a run starts: the initial distribution, a tempered schedule's start, then the initial step sizes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.errors import RunFailed
 from mcd_cli.init import fit_initial
-from mcd_cli.path.step_sizes import pilot_scale, pilot_step_sizes
-from mcd_cli.run.defaults import POLICY_START
+from mcd_cli.path.step_sizes import ais_step_scale, curvature_step_sizes
+from mcd_cli.run.defaults import ADAPTIVE_SMC
 from mcd_cli.run.plan import RunPlan, root_key
 from mcd_cli.run.smc_kernels import compiled
 from mcd_cli.init.tails import choose_tails
@@ -22,26 +22,26 @@ from mcd_cli.init.tails import describe as tails_suffix
 from mcd_cli.targets.transforms import apply_initial, heavy_tailed, transported
 
 INIT_STREAM = 0x1D1  # fold_in(root key, INIT_STREAM): the key of the initial-distribution fit
-PILOT_STREAM = 0x2D2  # fold_in(root key, PILOT_STREAM): the key of the step-size pilot
+CURVATURE_STREAM = 0x2D2  # fold_in(root key, CURVATURE_STREAM): the key of the curvature run (initial step sizes)
 TAILS_STREAM = 0x1D2  # fold_in(root key, TAILS_STREAM): the key of the heavier-tail check (`init.tails`)
-SCALE_STREAM = 0x2D3  # fold_in(root key, SCALE_STREAM): the key of the pilot's AIS check (`pilot_scale`)
-TEMPER_STREAM = 0x2D4  # fold_in(root key, TEMPER_STREAM): the key of a tempered schedule's SMC pilot
+SCALE_STREAM = 0x2D3  # fold_in(root key, SCALE_STREAM): the key of the step sizes' AIS check (`ais_step_scale`)
+TEMPER_STREAM = 0x2D4  # fold_in(root key, TEMPER_STREAM): the key of a tempered schedule's tempering run
 FLOW_STREAM = 0x1D3  # fold_in(root key, FLOW_STREAM): the key of `--init flow`'s fit (`init.flow`)
-# Particles of that pilot: its temperatures follow the conditional ESS, a ratio that hardly moves
+# Particles of that tempering run: its temperatures follow the conditional ESS, a ratio that hardly moves
 # with the number of particles once there are a few hundred.
 TEMPER_PARTICLES = 512
 
 
 @dataclasses.dataclass(frozen=True)
 class Start:
-    """How a run started: the initial distribution chosen and the pilot's step sizes."""
+    """How a run started: the initial distribution chosen and the initial step sizes."""
 
     target: Any  # the target with its initial distribution (whitened for a full covariance)
     method: str  # the initial distribution used: target, auto:target, auto:vi, laplace-diag, ...
     warnings: tuple[str, ...] = ()
-    step_sizes: Optional[Any] = None  # δ_1 … δ_K from the pilot (None: fixed or not needed)
+    step_sizes: Optional[Any] = None  # δ_1 … δ_K from the curvature run (None: fixed or not needed)
     seconds: float = 0.0
-    step_scale: Optional[float] = None  # the factor `pilot_scale` applied to the pilot's sizes
+    step_scale: Optional[float] = None  # the factor `ais_step_scale` applied to the curvature run's sizes
     betas: Optional[Any] = None  # β_0 … β_K where a tempered schedule starts (None: linear)
 
 
@@ -132,15 +132,15 @@ def _initial_target(
 
 def tempered_betas(target: Any, steps: int, key: jax.Array, num: int = TEMPER_PARTICLES) -> np.ndarray:
     """`β_0 … β_K` where one population of adaptive tempered SMC (the default policy's first effort,
-    `POLICY_START`) put its temperatures `β_1 … β_M`, as a function of the step's fraction `j / M`,
+    `ADAPTIVE_SMC`) put its temperatures `β_1 … β_M`, as a function of the step's fraction `j / M`,
     interpolated linearly at `k / K`. Fails (`RunFailed`) when that run does not reach β = 1."""
-    sconf = SamplerConfig(**{k: v for k, v in POLICY_START.items() if k != "iterations"})
+    sconf = SamplerConfig(**ADAPTIVE_SMC.sampler_fields())
     out = compiled(target, sconf, num)(annealing.init_params(key, target, sconf), key)
     m = int(out.steps)
     reached = np.concatenate([[0.0], np.asarray(out.trace.beta[:m], np.float64)])
     if not reached[-1] >= 1.0:
         raise RunFailed(
-            f"--schedule tempered: the adaptive tempered SMC pilot reached β = {reached[-1]:.4g} in "
+            f"--schedule tempered: the adaptive tempered SMC run reached β = {reached[-1]:.4g} in "
             f"{sconf.max_steps} temperatures; use --schedule learned or linear"
         )
     reached[-1] = 1.0
@@ -148,12 +148,13 @@ def tempered_betas(target: Any, steps: int, key: jax.Array, num: int = TEMPER_PA
     return np.maximum.accumulate(betas)
 
 
-def start(plan: RunPlan, *, pilot: bool = True) -> Start:
-    """The initial distribution, then (with `sconf.step_size == "pilot"` and `pilot`) the step sizes.
+def start(plan: RunPlan, *, measure_steps: bool = True) -> Start:
+    """The initial distribution, then (with `sconf.step_size == "pilot"`, `--step-size auto`, and
+    `measure_steps`) the initial step sizes.
 
-    The pilot (`mcd_cli.path.step_sizes.pilot_step_sizes`, its own key) measures the curvature along the
+    The curvature run (`mcd_cli.path.step_sizes.curvature_step_sizes`, its own key) measures the curvature along the
     path from the chosen initial distribution to the target and sets δ_k = 0.5 / λ_k,
-    capped at `max_step_size`; `pilot_scale` (its own key) then halves the sizes while that buys
+    capped at `max_step_size`; `ais_step_scale` (its own key) then halves the sizes while that buys
     the untrained ULA-AIS ELBO more than a nat (targets with kinks). Training starts from these
     sizes and goes on learning them. The path is linear, or, with `--schedule tempered` (and no
     `--load`), where one population of adaptive tempered SMC put its temperatures (`tempered_betas`,
@@ -166,11 +167,11 @@ def start(plan: RunPlan, *, pilot: bool = True) -> Start:
     betas = np.linspace(0.0, 1.0, plan.sconf.steps + 1)
     if plan.sconf.schedule == "tempered" and plan.load is None:
         betas = tempered = tempered_betas(target, plan.sconf.steps, jax.random.fold_in(root, TEMPER_STREAM))
-    if pilot and plan.sconf.step_size == "pilot":
-        step_sizes = pilot_step_sizes(
-            target, betas, key=jax.random.fold_in(root, PILOT_STREAM), max_step_size=plan.sconf.max_step_size
+    if measure_steps and plan.sconf.step_size == "pilot":
+        step_sizes = curvature_step_sizes(
+            target, betas, key=jax.random.fold_in(root, CURVATURE_STREAM), max_step_size=plan.sconf.max_step_size
         )
-        scale = pilot_scale(target, step_sizes, plan.sconf, jax.random.fold_in(root, SCALE_STREAM))
+        scale = ais_step_scale(target, step_sizes, plan.sconf, jax.random.fold_in(root, SCALE_STREAM))
         if scale != 1.0:
             step_sizes = step_sizes * scale
     return Start(target, method, warnings, step_sizes, time.perf_counter() - t0, scale, tempered)

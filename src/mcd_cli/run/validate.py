@@ -77,6 +77,29 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
         validate_populations(plan.num_samples, plan.particles, plan.population)
         if plan.sconf.adaptive and plan.load is not None:
             raise UsageError("--schedule adaptive uses no trained kernels, so --load does not apply; drop one")
+    _check_training(plan)
+    if plan.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
+    if plan.save is not None and plan.repeats > 1:
+        raise UsageError(
+            "--save stores one trained sampler: use --repeats 1 with --save (then --load it "
+            "with --repeats R to estimate R times)"
+        )
+    if plan.load is not None and (plan.checkpoint_dir is not None or plan.resume):
+        raise UsageError("--load skips training, so --checkpoint/--resume do not apply; drop one")
+    if plan.resume and plan.checkpoint_dir is None:
+        raise UsageError("--resume needs --checkpoint DIR (the directory the run saved to)")
+    if plan.output is not None:
+        files.ensure_writable(plan.output, "--output file")
+    if plan.save is not None:
+        files.ensure_writable(plan.save, "--save file")
+    plan = _check_files(plan)  # with a checkpoint, the plan as run (its batch rounded to the devices)
+    if check_mem:
+        check_memory(plan, available if available is not None else available_memory())
+
+
+def _check_training(plan: RunPlan) -> None:
+    """The training options against the kernels and the estimator they train."""
     objective = objectives.OBJECTIVES.get(plan.tconf.objective)
     forward = registry.FORWARD[plan.sconf.sampler]
     if objective is not None and objective.detach and not forward.detachable and plan.tconf.iterations > 0:
@@ -95,21 +118,11 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
                 "--train-with smc resamples the training batch when its ESS/N falls below --resample, which is 0; "
                 "give --resample 0.5 (the SMC estimator), or use --train-with is"
             )
-    if plan.checkpoint_every < 0:
-        raise UsageError(f"--checkpoint-every must be >= 0, got {plan.checkpoint_every}")
-    if plan.save is not None and plan.repeats > 1:
-        raise UsageError(
-            "--save stores one trained sampler: use --repeats 1 with --save (then --load it "
-            "with --repeats R to estimate R times)"
-        )
-    if plan.load is not None and (plan.checkpoint_dir is not None or plan.resume):
-        raise UsageError("--load skips training, so --checkpoint/--resume do not apply; drop one")
-    if plan.resume and plan.checkpoint_dir is None:
-        raise UsageError("--resume needs --checkpoint DIR (the directory the run saved to)")
-    if plan.output is not None:
-        files.ensure_writable(plan.output, "--output file")
-    if plan.save is not None:
-        files.ensure_writable(plan.save, "--save file")
+
+
+def _check_files(plan: RunPlan) -> RunPlan:
+    """A --load file against the settings; a --checkpoint directory's states against --resume. The
+    plan, sharded as it will run when it checkpoints (a checkpoint records the batch size as run)."""
     if plan.load is not None:
         saved = plan.saved if plan.saved is not None else read_saved(plan.load, plan.target)
         differences = checkpoint.config_differences(
@@ -135,7 +148,4 @@ def validate(plan: RunPlan, *, available: Optional[int] = None, check_mem: bool 
                     "--checkpoint directory"
                 )
             check_state_meta(plan, meta, path, repeat)
-    if check_mem:
-        check_memory(plan, available if available is not None else available_memory())
-
-
+    return plan

@@ -7,13 +7,20 @@ backward kernel, a refinement kernel or None, and a resampling function) togethe
 numbers (`Settings`); nothing here looks a kernel up by name (the run layer does:
 `run.smc_kernels`).
 
+Every kernel is built from its parts and is an `SMCKernel` (BlackJAX's contract): `init(key, num)
+-> Population` and `step(key, population) -> (population, StepInfo)`, the `Population` the one
+state (with its β and the steps taken) and `init_state` the one initial state.
+
 Modules:
-    state: `Kernels`, `Settings`, the `Population` between steps, one step's `StepInfo` (stacked:
-        the `Trace`), the run's `SMCOutput`; normalised weights and ESS.
-    step: one step of a fixed schedule (`build_kernel`): move, incremental weight, resampling when
-        the ESS is low, refinement; and the resampling of a population.
+    state: `Kernels`, `Settings`, the `Population` between steps, the `SMCKernel`, one step's
+        `StepInfo` (stacked: the `Trace`), the run's `SMCOutput`; normalised weights and ESS.
+    base: the contract's shared machinery: the initial state (`init_state`, `initial_population`),
+        reweighting, the resampling of a population, the refinement when asked.
+    step: the fixed schedule's kernel (`build_kernel`): move, incremental weight, resampling when
+        the ESS is low, refinement.
     tempering: adaptive tempering, β′ solved from the conditional ESS (`next_beta`), the adaptive
-        step a wrapper around the tempered step (BlackJAX's `adaptive_tempered`).
+        kernel a wrapper around the tempered step (BlackJAX's `adaptive_tempered`), or replaying
+        an earlier run's choices.
     adaptation: the Metropolis-corrected refinement moves and their step size and preconditioner,
         adapted from the particles.
     diagnostics: how much the moves moved the particles, and the stationarity test.
@@ -43,18 +50,39 @@ Example:
     ((64,), (8,))
 """
 
-from mcd_cli.smc import adaptation, diagnostics, loop, segments, sharding, state, step, tempering
+from mcd_cli.smc import adaptation, base, diagnostics, loop, segments, sharding, state, step, tempering
 from mcd_cli.smc.adaptation import ADAPT_RATE, MIN_VARIANCE, build_refine, initial_refine_params, refine_population
+from mcd_cli.smc.base import (
+    advance, init_state, initial_population, maybe_refine, maybe_resample, no_refine, resample_population, reweight,
+)
 from mcd_cli.smc.diagnostics import (
     STATIONARITY_MOVES, STATIONARITY_TEMPERATURES, move_correlation, stationarity, stationarity_moves,
 )
-from mcd_cli.smc.loop import initial_population, run, run_adaptive, run_fixed, run_replay
+from mcd_cli.smc.loop import run, run_adaptive, run_fixed, run_replay, run_tempered
 from mcd_cli.smc.sharding import on_every_device, replicate, shard
 from mcd_cli.smc.state import (
-    FixedTuning, Kernels, Population, Resampler, Settings, SMCOutput, StepInfo, Tempering, Trace, ess_fraction,
-    normalised, take,
+    FixedTuning, Kernels, Population, Resampler, Settings, SMCKernel, SMCOutput, StepInfo, Tempering, Trace,
+    ess_fraction, normalised, take,
 )
-from mcd_cli.smc.step import maybe_refine, maybe_resample, no_refine, resample_population
 from mcd_cli.smc.tempering import BISECTION_STEPS, ESS_ROUNDING, conditional_ess, next_beta
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    # modules
+    "adaptation", "base", "diagnostics", "loop", "segments", "sharding", "state", "step", "tempering",
+    # adaptation
+    "ADAPT_RATE", "MIN_VARIANCE", "build_refine", "initial_refine_params", "refine_population",
+    # base: the contract's machinery
+    "advance", "init_state", "initial_population", "maybe_refine", "maybe_resample", "no_refine",
+    "resample_population", "reweight",
+    # diagnostics
+    "STATIONARITY_MOVES", "STATIONARITY_TEMPERATURES", "move_correlation", "stationarity", "stationarity_moves",
+    # loop
+    "run", "run_adaptive", "run_fixed", "run_replay", "run_tempered",
+    # sharding
+    "on_every_device", "replicate", "shard",
+    # state
+    "FixedTuning", "Kernels", "Population", "Resampler", "Settings", "SMCKernel", "SMCOutput", "StepInfo",
+    "Tempering", "Trace", "ess_fraction", "normalised", "take",
+    # tempering
+    "BISECTION_STEPS", "ESS_ROUNDING", "conditional_ess", "next_beta",
+]

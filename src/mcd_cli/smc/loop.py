@@ -1,6 +1,10 @@
 """The population sampler's loops: `lax.scan` over a fixed schedule, `lax.while_loop` until
 adaptive tempering reaches β = 1; then the stationarity test of the final population.
 
+Every loop runs an `SMCKernel` (`base`): `pop = kernel.init(key, num)`, then `pop, info =
+kernel.step(key, pop)` once per step; the fixed schedule's from `step.build_kernel`, adaptive
+tempering's and a replay's from `tempering.build_kernel`.
+
 Keys: the run's key splits into (initial particles, steps); step k of a fixed schedule uses the
 k-th of K keys split from the steps' key, an adaptive (or replayed) step `fold_in(steps' key, k)`,
 and the stationarity test `fold_in(steps' key, K + 1)` (`max_steps + 1` when adaptive).
@@ -22,36 +26,8 @@ from jax.sharding import NamedSharding
 from mcd_cli.kernels.base import AnnealedPath, RefineKernel, RefineParams
 from mcd_cli.smc import adaptation, step, tempering
 from mcd_cli.smc.diagnostics import stationarity
-from mcd_cli.smc.sharding import replicate, shard
-from mcd_cli.smc.state import FixedTuning, Kernels, Population, Settings, SMCOutput, Tempering, Trace
+from mcd_cli.smc.state import FixedTuning, Kernels, Population, Settings, SMCKernel, SMCOutput, Tempering, Trace
 from mcd_cli.targets.base import Target
-
-
-def initial_population(
-    key: jax.Array,
-    path: AnnealedPath,
-    evaluate: Callable,
-    num: int,
-    init_state: Callable,
-    refine_kernel: Optional[RefineKernel],
-    dim: int,
-    sharding: Optional[NamedSharding] = None,
-) -> Population:
-    """`num` particles drawn from π0 (key `i` of `split(key, num)` for particle i), their states
-    from `init_state(keys, x0, log γ(x0), ∇log γ(x0)) -> (states, log w_0)`, each its own Eve."""
-    keys = shard(jax.random.split(key, num), sharding)
-    x0 = jax.vmap(path.sample_initial)(keys)
-    log_target0, target_grad0 = jax.vmap(evaluate)(x0)
-    states, log_w0 = init_state(keys, x0, log_target0, target_grad0)
-    dtype = log_w0.dtype
-    return Population(
-        states=shard(states, sharding),
-        log_w=replicate(log_w0, sharding),
-        log_z=jnp.zeros((), dtype),
-        eve=replicate(jnp.arange(num, dtype=jnp.int32), sharding),
-        resamplings=jnp.zeros((), jnp.int32),
-        refine=adaptation.initial_refine_params(refine_kernel, dim, dtype),
-    )
 
 
 def run(
@@ -109,41 +85,24 @@ def run_fixed(
     also resampled, without moves, where its ESS falls below the threshold. So its kernels are
     fixed before the run draws a random number, and Ẑ is unbiased (`step`'s docstring).
     """
-    forward = kernels.forward
-    resolved = forward.prepare(params.forward, target.dim)
     evaluate = jax.value_and_grad(target.log_density)
+    kernel = step.build_kernel(kernels, params, path, evaluate, target.dim, settings, adapt, context, sharding, frozen)
     key_init, key_steps = jax.random.split(key)
-    init_state = step.build_init(forward, resolved, path)
-    pop = initial_population(key_init, path, evaluate, num, init_state, kernels.refine, target.dim, sharding)
-    refine = None
-    if kernels.refine is not None:
-        adapt = adapt and frozen is None
-        refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt, sharding)
-    one_step = step.build_kernel(
-        forward, kernels.backward, refine, kernels.resample, path, resolved, params.backward, evaluate,
-        settings, context, sharding,
-    )
+    pop = kernel.init(key_init, num)
     steps = path.step_sizes.shape[0]
-    inputs = (
-        jnp.arange(1, steps + 1),
-        path.step_sizes,
-        path.betas[:-1],
-        path.betas[1:],
-        frozen if frozen is not None else jnp.zeros((steps,)),
-        jax.random.split(key_steps, steps),
-    )
 
     def scanned(pop, xs):
-        k, delta, beta_prev, beta, fixed, step_key = xs
-        planned = None
-        if frozen is not None:
-            pop, planned = pop._replace(refine=fixed.refine), fixed.resampled
+        step_key, i = xs
+        # `pop.steps` is i already (0 at the start, one more per step); set from the scan's own
+        # index, the compiled loop has one induction variable, not two equal ones (a second one
+        # changed XLA's fusions, and so the rounding, of a population sharded over devices).
+        pop, info = kernel.step(step_key, pop._replace(steps=i))
         # what an adapting refinement at step k would set the preconditioner to: the particles'
         # weighted variance after the step's reweighting (before its resampling, the same in law)
-        pop, info = one_step(step_key, pop, k, delta, beta_prev, beta, planned)
         return pop, (info, pop.refine._replace(inv_mass=adaptation.weighted_variance(pop)))
 
-    pop, (trace, params_used) = jax.lax.scan(scanned, pop, inputs)
+    xs = (jax.random.split(key_steps, steps), jnp.arange(steps, dtype=jnp.int32))
+    pop, (trace, params_used) = jax.lax.scan(scanned, pop, xs)
     # the steps it refined after: its own resamplings, or the frozen run's
     refined = trace.resampled if frozen is None else frozen.resampled
     tuning = None if kernels.refine is None else FixedTuning(params_used, refined)
@@ -152,8 +111,7 @@ def run_fixed(
         drift = stationarity(
             pop, jax.random.fold_in(key_steps, steps + 1), kernels.refine, path, evaluate, settings, sharding
         )
-    steps = jnp.asarray(steps, jnp.int32)
-    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, tuning)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, pop.steps, trace, drift, pop.states.position, tuning)
 
 
 def _trace(cap: int, pop: Population, kernel: RefineKernel, settings: Settings, adapt: bool) -> Trace:
@@ -165,33 +123,36 @@ def _trace(cap: int, pop: Population, kernel: RefineKernel, settings: Settings, 
     return Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan, nan, jnp.full((cap, *shape), jnp.nan, dtype))
 
 
+def run_tempered(
+    kernel: SMCKernel, pop: Population, key_steps: jax.Array, trace: Trace, cond: Callable[[Population], jax.Array]
+) -> tuple[Population, Trace]:
+    """`kernel.step` under `lax.while_loop` while `cond(population)`, step k keyed `fold_in(key_steps,
+    k)` and its `StepInfo` written into slot k of `trace`: the final population and the trace."""
+
+    def body(carry):
+        pop, trace = carry
+        k = pop.steps
+        pop, info = kernel.step(jax.random.fold_in(key_steps, k), pop)
+        return pop, jax.tree.map(lambda t, v: t.at[k].set(v), trace, info)
+
+    return jax.lax.while_loop(lambda carry: cond(carry[0]), body, (pop, trace))
+
+
 def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, adapt, sharding=None) -> SMCOutput:
     """`run` with adaptive tempering: `tempering.build_kernel` steps under `lax.while_loop` until
     β = 1 or `settings.max_steps`, the trace written into arrays of that length. Its `tuning` is
     the `Tempering` it chose: the β, resamplings, step sizes and preconditioners of its steps."""
     evaluate = jax.value_and_grad(target.log_density)
+    kernel = tempering.build_kernel(kernels, path, evaluate, target.dim, settings, adapt, sharding)
     key_init, key_steps = jax.random.split(key)
-    pop = initial_population(key_init, path, evaluate, num, tempering.init_state, kernels.refine, target.dim, sharding)
+    pop = kernel.init(key_init, num)
     cap = settings.max_steps
     trace = _trace(cap, pop, kernels.refine, settings, adapt)
-    refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt, sharding)
-    one_step = tempering.build_kernel(refine, kernels.resample, path, settings, sharding)
-
-    def cond(carry):
-        _, beta, k, _ = carry
-        return (beta < 1.0) & (k < cap)
-
-    def body(carry):
-        pop, beta, k, trace = carry
-        pop, info = one_step(jax.random.fold_in(key_steps, k), pop, beta)
-        trace = jax.tree.map(lambda t, v: t.at[k].set(v), trace, info)
-        return pop, info.beta, k + 1, trace
-
-    carry = (pop, jnp.zeros((), pop.log_w.dtype), jnp.zeros((), jnp.int32), trace)
-    pop, beta, steps, trace = jax.lax.while_loop(cond, body, carry)
+    pop, trace = run_tempered(kernel, pop, key_steps, trace, lambda p: (p.beta < 1.0) & (p.steps < cap))
     drift = stationarity(
         pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
     )
+    steps = pop.steps
     chosen = Tempering(trace.beta, trace.resampled, RefineParams(trace.step_size, trace.preconditioner), steps, pop.refine)
     return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, chosen)
 
@@ -202,43 +163,21 @@ def run_replay(
     """`run` through the temperatures an earlier adaptive run chose (`chosen`, its `tuning`):
     the same steps as `run_adaptive`'s, and the same keys, but each step's β, whether it
     resamples, and its refinement's step size and preconditioner are `chosen`'s, and nothing is
-    adapted from this run's particles. Its kernels and schedule are fixed before it draws a random
-    number, so its Ẑ is exactly unbiased (tempered SMC on a fixed schedule, Del Moral 2004), while
-    the run that chose them, with its own key, kept adaptive tempering's economy of temperatures.
-    Replaying a run's own choices with its own key is that run, bit for bit.
+    adapted from this run's particles (`tempering.build_kernel(chosen=)`). Its kernels and schedule
+    are fixed before it draws a random number, so its Ẑ is exactly unbiased (tempered SMC on a
+    fixed schedule, Del Moral 2004), while the run that chose them, with its own key, kept adaptive
+    tempering's economy of temperatures. Replaying a run's own choices with its own key is that
+    run, bit for bit.
     """
     evaluate = jax.value_and_grad(target.log_density)
+    kernel = tempering.build_kernel(kernels, path, evaluate, target.dim, settings, False, sharding, chosen)
     key_init, key_steps = jax.random.split(key)
-    pop = initial_population(key_init, path, evaluate, num, tempering.init_state, kernels.refine, target.dim, sharding)
-    start = pop.refine
-    if chosen.refine.inv_mass.ndim == 3:  # a covariance factor per step: start from the identity
-        start = start._replace(inv_mass=jnp.diag(start.inv_mass))
-    pop = pop._replace(refine=start)
+    pop = kernel.init(key_init, num)
     cap = settings.max_steps
     trace = _trace(cap, pop, kernels.refine, settings, False)
-    refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, False, sharding)
-    tempered = tempering.build_tempered_kernel(refine, kernels.resample, settings, sharding)
-
-    def cond(carry):
-        _, _, k, _ = carry
-        return k < chosen.steps
-
-    def body(carry):
-        pop, beta, k, trace = carry
-        log_likelihood = tempering.log_likelihoods(pop, path, sharding)
-        # the chosen tuning of a step that refines (β < 1; the last step makes no moves)
-        refines = chosen.beta[k] < 1.0
-        pop = pop._replace(refine=jax.tree.map(lambda c, p: jnp.where(refines, c[k], p), chosen.refine, pop.refine))
-        pop, info = tempered(
-            jax.random.fold_in(key_steps, k), pop, beta, chosen.beta[k], log_likelihood, chosen.resampled[k]
-        )
-        trace = jax.tree.map(lambda t, v: t.at[k].set(v), trace, info)
-        return pop, info.beta, k + 1, trace
-
-    carry = (pop, jnp.zeros((), pop.log_w.dtype), jnp.zeros((), jnp.int32), trace)
-    pop, beta, steps, trace = jax.lax.while_loop(cond, body, carry)
+    pop, trace = run_tempered(kernel, pop, key_steps, trace, lambda p: p.steps < chosen.steps)
     pop = pop._replace(refine=chosen.final)
     drift = stationarity(
         pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
     )
-    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, chosen)
+    return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, pop.steps, trace, drift, pop.states.position, chosen)

@@ -39,10 +39,63 @@ from jax.sharding import NamedSharding
 from mcd_cli.kernels.base import AnnealedPath, BackwardKernel, ForwardKernel, Step
 from mcd_cli.smc.sharding import shard
 from mcd_cli.smc.state import Resampler, ess_fraction, normalised, take
-from mcd_cli.smc.step import annealed_log_density, build_init
+from mcd_cli.smc.base import annealed_log_density, init_state
 
 # `(states, log w, segment loss, ELBO per slot, log Ẑ so far, segments)`: the carry between steps.
 Carry = tuple
+
+
+def initial_batch(
+    key_x: jax.Array, key_init: jax.Array, forward: ForwardKernel, path: AnnealedPath, resolved: Any,
+    evaluate: Callable, num: int, sharding: Optional[NamedSharding] = None,
+) -> Carry:
+    """The carry before the first step: `num` particles drawn from π0 (held fixed, no derivative
+    through the draws) with keys `split(key_x, num)`, their forward kernel's states (`init_state`,
+    keys `split(key_init, num)`), and nothing summed yet."""
+    x0 = jax.vmap(path.sample_initial)(jax.random.split(key_x, num))
+    x0 = shard(jax.lax.stop_gradient(x0), sharding)
+    log_target0, target_grad0 = jax.vmap(evaluate)(x0)
+    states, log_w0 = init_state(jax.random.split(key_init, num), x0, log_target0, target_grad0, forward, resolved, path)
+    zero = jnp.zeros((), log_w0.dtype)
+    return states, log_w0, zero, jnp.zeros_like(log_w0), zero, jnp.asarray(0, jnp.int32)
+
+
+def build_segment_step(
+    forward: ForwardKernel, backward: BackwardKernel, resample: Resampler, path: AnnealedPath, resolved: Any,
+    backward_params: Any, evaluate: Callable, num: int, threshold: float, loss: Callable[[jax.Array], jax.Array],
+    detach: bool = False, sharding: Optional[NamedSharding] = None,
+) -> Callable:
+    """`(carry, (k, δ_k, β_{k−1}, β_k, key)) -> (carry, None)`: step k of the batch: move and
+    reweight (`smc.step`'s incremental weight); where ESS/N < `threshold` or k = K the segment ends:
+    its loss, ELBO and log mean weight are added, and the particles resampled, held fixed."""
+    steps = path.step_sizes.shape[0]
+    log_gamma = annealed_log_density(forward, resolved, path)
+
+    def step(carry: Carry, inputs) -> tuple[Carry, None]:
+        states, log_w, total, elbo, log_z, segments = carry
+        zero = jnp.zeros((), log_z.dtype)
+        k, delta, beta_prev, beta, step_key = inputs
+        k_move, k_resample = jax.random.split(step_key)
+        if detach:
+            states = jax.lax.stop_gradient(states)
+        moved, log_forward, transition = jax.vmap(
+            lambda kk, s: forward.step(kk, s, Step(k, beta, delta, detach), path, resolved, evaluate)
+        )(shard(jax.random.split(k_move, num), sharding), states)
+        log_backward = jax.vmap(lambda t: backward.log_density(backward_params, t))(transition)
+        log_w = log_w + log_gamma(beta, moved) - log_gamma(beta_prev, states) + log_backward - log_forward
+        fixed_w = jax.lax.stop_gradient(log_w)
+        end = (ess_fraction(fixed_w) < threshold) | (k == steps)
+        total = total + jnp.where(end, loss(log_w), zero)
+        elbo = elbo + jnp.where(end, log_w, jnp.zeros_like(log_w))
+        finite = jnp.where(jnp.isnan(fixed_w), -jnp.inf, fixed_w)
+        log_z = log_z + jnp.where(end, logsumexp(finite) - math.log(num), zero)
+        idx = resample(k_resample, normalised(fixed_w), num)
+        chosen = jax.lax.stop_gradient(take(moved, idx))
+        states = jax.tree.map(lambda a, b: jnp.where(end, a, b), chosen, moved)
+        log_w = jnp.where(end, jnp.zeros_like(log_w), log_w)
+        return (shard(states, sharding), log_w, total, elbo, log_z, segments + end.astype(jnp.int32)), None
+
+    return step
 
 
 def segment_log_weights(
@@ -83,37 +136,11 @@ def segment_log_weights(
         `(num,)`; and `info` with the number of segments and the batch's SMC `log_z` (no derivative).
     """
     steps = path.step_sizes.shape[0]
-    log_gamma = annealed_log_density(forward, resolved, path)
     key_x, key_init, key_steps = jax.random.split(key, 3)
-    x0 = jax.vmap(path.sample_initial)(jax.random.split(key_x, num))
-    x0 = shard(jax.lax.stop_gradient(x0), sharding)
-    log_target0, target_grad0 = jax.vmap(evaluate)(x0)
-    states, log_w0 = build_init(forward, resolved, path)(jax.random.split(key_init, num), x0, log_target0, target_grad0)
-    zero = jnp.zeros((), log_w0.dtype)
-
-    def step(carry: Carry, inputs) -> tuple[Carry, None]:
-        states, log_w, total, elbo, log_z, segments = carry
-        k, delta, beta_prev, beta, step_key = inputs
-        k_move, k_resample = jax.random.split(step_key)
-        if detach:
-            states = jax.lax.stop_gradient(states)
-        moved, log_forward, transition = jax.vmap(
-            lambda kk, s: forward.step(kk, s, Step(k, beta, delta, detach), path, resolved, evaluate)
-        )(shard(jax.random.split(k_move, num), sharding), states)
-        log_backward = jax.vmap(lambda t: backward.log_density(backward_params, t))(transition)
-        log_w = log_w + log_gamma(beta, moved) - log_gamma(beta_prev, states) + log_backward - log_forward
-        fixed_w = jax.lax.stop_gradient(log_w)
-        end = (ess_fraction(fixed_w) < threshold) | (k == steps)
-        total = total + jnp.where(end, loss(log_w), zero)
-        elbo = elbo + jnp.where(end, log_w, jnp.zeros_like(log_w))
-        finite = jnp.where(jnp.isnan(fixed_w), -jnp.inf, fixed_w)
-        log_z = log_z + jnp.where(end, logsumexp(finite) - math.log(num), zero)
-        idx = resample(k_resample, normalised(fixed_w), num)
-        chosen = jax.lax.stop_gradient(take(moved, idx))
-        states = jax.tree.map(lambda a, b: jnp.where(end, a, b), chosen, moved)
-        log_w = jnp.where(end, jnp.zeros_like(log_w), log_w)
-        return (shard(states, sharding), log_w, total, elbo, log_z, segments + end.astype(jnp.int32)), None
-
+    carry = initial_batch(key_x, key_init, forward, path, resolved, evaluate, num, sharding)
+    step = build_segment_step(
+        forward, backward, resample, path, resolved, backward_params, evaluate, num, threshold, loss, detach, sharding
+    )
     inputs = (
         jnp.arange(1, steps + 1),
         path.step_sizes,
@@ -121,7 +148,6 @@ def segment_log_weights(
         path.betas[1:],
         jax.random.split(key_steps, steps),
     )
-    carry = (states, log_w0, zero, jnp.zeros_like(log_w0), zero, jnp.asarray(0, jnp.int32))
     if scan is None:
         carry, _ = jax.lax.scan(step, carry, inputs)
     else:

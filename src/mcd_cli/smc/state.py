@@ -1,5 +1,6 @@
-"""The values the population sampler passes around: its inputs (kernels, settings), the population
-between steps, one step's diagnostics and a run's output; and the arithmetic of its weights.
+"""The values the population sampler passes around: its inputs (kernels, settings), the one state
+between steps (`Population`), the kernel built from them (`SMCKernel`), one step's diagnostics and a
+run's output; and the arithmetic of its weights.
 
 Example:
     >>> import jax.numpy as jnp
@@ -63,7 +64,7 @@ class Settings(NamedTuple):
 
 
 class Population(NamedTuple):
-    """The particle system between steps.
+    """The particle system between steps: the one state of every SMC kernel (`SMCKernel`).
 
     Attributes:
         states: the kernel states, batched over particles (leading axis N).
@@ -72,6 +73,10 @@ class Population(NamedTuple):
         eve: each particle's time-0 ancestor, (N,) int32.
         resamplings: how many times the population was resampled.
         refine: the refinement kernel's step size and preconditioner.
+        beta: β after the steps taken (0 at the start); None outside a run (a population built
+            only to be refined or tested).
+        steps: the steps taken, int32 (0 at the start; the index of the next step's key, schedule
+            entry and trace slot); None likewise.
     """
 
     states: Any
@@ -80,6 +85,8 @@ class Population(NamedTuple):
     eve: jax.Array
     resamplings: jax.Array
     refine: RefineParams
+    beta: Any = None
+    steps: Any = None
 
 
 class StepInfo(NamedTuple):
@@ -100,6 +107,21 @@ class StepInfo(NamedTuple):
 
 
 Trace = StepInfo  # a StepInfo whose fields are arrays over steps
+
+
+class SMCKernel(NamedTuple):
+    """An SMC kernel built from its parts (BlackJAX's `SamplingAlgorithm` of `smc.base`): the fixed
+    schedule's (`step.build_kernel`), adaptive tempering's and a replay's (`tempering.build_kernel`).
+
+    Attributes:
+        init: `(key, num) -> Population`: `num` particles drawn from π0 at β = 0, step 0
+            (`base.initial_population`).
+        step: `(key, population) -> (population, StepInfo)`: the population's next step, which
+            the loops (`loop`) scan or while-loop.
+    """
+
+    init: Callable[[jax.Array, int], Population]
+    step: Callable[[jax.Array, Population], tuple[Population, StepInfo]]
 
 
 class Tempering(NamedTuple):

@@ -23,132 +23,44 @@ gave E[Ẑ/Z] = 1.08 ± 0.02 (resampling at ESS 0.5, moves after each resampling
 Heine 2016).
 
 `build_kernel` takes the kernels as values (BlackJAX's `smc.tempered.build_kernel`) and returns
-`step(key, population, k, δ_k, β_{k−1}, β_k) -> (population, StepInfo)`; the loop scans it.
+an `SMCKernel`: `init(key, num)` and `step(key, population) -> (population, StepInfo)`, step k
+reading its `k`, `δ_k`, `β_{k−1}` and `β_k` (and, frozen, its planned resampling and refinement
+parameters) at `population.steps = k − 1`; the loop scans it.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import logsumexp
 from jax.sharding import NamedSharding
 
-from mcd_cli.kernels.base import AnnealedPath, BackwardKernel, ForwardKernel, RefineParams, Step
-from mcd_cli.smc.adaptation import Refine
-from mcd_cli.smc.sharding import on_every_device, replicate, shard
-from mcd_cli.smc.state import Population, Resampler, Settings, StepInfo, ess_fraction, normalised, take
+from mcd_cli.kernels.base import AnnealedPath, BackwardKernel, ForwardKernel, Step
+from mcd_cli.smc import adaptation
+from mcd_cli.smc.base import (
+    advance, annealed_log_density, initial_population, maybe_refine, maybe_resample, no_refine, reweight,
+)
+from mcd_cli.smc.sharding import replicate, shard
+from mcd_cli.smc.state import FixedTuning, Kernels, Population, Settings, SMCKernel, StepInfo
 
 
-def resample_population(
-    pop: Population, key: jax.Array, resampler: Resampler, sharding: Optional[NamedSharding] = None
-) -> Population:
-    """Resamples the particles: `log Ẑ` gains the log mean weight, the weights restart at zero.
-
-    With `sharding` the weights are replicated, so every device draws the same ancestors from the
-    same key, and the ancestors' states are gathered back into the sharded layout.
-    """
-    n = pop.log_w.shape[0]
-
-    def draw(key, log_w):
-        log_mean = logsumexp(jnp.where(jnp.isnan(log_w), -jnp.inf, log_w)) - math.log(n)
-        return resampler(key, normalised(log_w), n), log_mean
-
-    idx, log_mean = on_every_device(draw, sharding)(key, pop.log_w)
-    return pop._replace(
-        states=shard(take(pop.states, idx), sharding),
-        log_w=jnp.zeros_like(pop.log_w),
-        log_z=pop.log_z + log_mean,
-        eve=pop.eve[idx],
-        resamplings=pop.resamplings + 1,
-    )
-
-
-def maybe_resample(
-    pop: Population, key: jax.Array, when: jax.Array, resampler: Resampler, sharding: Optional[NamedSharding]
-) -> Population:
-    """`resample_population` when `when` is true, the population unchanged otherwise."""
-    return jax.lax.cond(when, lambda p: resample_population(p, key, resampler, sharding), lambda p: p, pop)
-
-
-def no_refine(pop: Population, used: Any = None) -> tuple[Population, jax.Array, Any]:
-    """No moves: the population unchanged, NaN acceptance, and NaN for the parameters used (shaped
-    as `used`, a `RefineParams` of shapes; default: a step size only)."""
-    nan = jnp.full((), jnp.nan, pop.log_w.dtype)
-    if used is None:
-        return pop, nan, RefineParams(nan, None)
-    return pop, nan, jax.tree.map(lambda a: jnp.full(a.shape, jnp.nan, a.dtype), used)
-
-
-def maybe_refine(
-    pop: Population, key: jax.Array, when: jax.Array, beta: jax.Array, refine: Refine
-) -> tuple[Population, jax.Array, RefineParams]:
-    """`refine` at β when `when` is true, `no_refine` otherwise."""
-    used = jax.eval_shape(lambda p: refine(p, key, beta)[2], pop)
-    return jax.lax.cond(when, lambda p: refine(p, key, beta), lambda p: no_refine(p, used), pop)
-
-
-def annealed_log_density(forward: ForwardKernel, resolved: Any, path: AnnealedPath) -> Callable:
-    """`(β, states) -> log γ̃_β` of every particle's whole state: `log γ_β(x)` plus the forward
-    kernel's own terms (UHA: `log N(p; 0, M)`)."""
-
-    def extra(states):
-        return jax.vmap(lambda s: forward.finish(s, resolved) - s.log_target)(states)
-
-    def log_gamma(beta, states):
-        x = states.position
-        return beta * states.log_target + (1.0 - beta) * jax.vmap(path.initial_log_density)(x) + extra(states)
-
-    return log_gamma
-
-
-def build_init(forward: ForwardKernel, resolved: Any, path: AnnealedPath) -> Callable:
-    """`(keys, x0, log γ(x0), ∇log γ(x0)) -> (states, log w_0)`: the forward kernel's initial states."""
-    log_gamma = annealed_log_density(forward, resolved, path)
-
-    def init_state(keys, x0, log_target0, target_grad0):
-        kernel_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-        states, log_w0 = jax.vmap(lambda k, x, v, g: forward.init(k, x, v, g, resolved))(
-            kernel_keys, x0, log_target0, target_grad0
-        )
-        # log w_0 = [kernel's initial terms] − log π0(x_0) + log γ̃_0(s_0): zero for ULA and UHA.
-        return states, log_w0 - jax.vmap(path.initial_log_density)(x0) + log_gamma(0.0, states)
-
-    return init_state
-
-
-def build_kernel(
-    forward: ForwardKernel, backward: BackwardKernel, refine: Optional[Refine], resample: Resampler,
-    path: AnnealedPath, resolved: Any, backward_params: Any, evaluate: Callable, settings: Settings,
-    context: Optional[jax.Array] = None, sharding: Optional[NamedSharding] = None,
+def build_move(
+    forward: ForwardKernel, backward: BackwardKernel, path: AnnealedPath, resolved: Any, backward_params: Any,
+    evaluate: Callable, context: Optional[jax.Array] = None, sharding: Optional[NamedSharding] = None,
 ) -> Callable:
-    """The fixed-schedule step `(key, population, k, δ_k, β_{k−1}, β_k[, planned]) -> (population,
-    StepInfo)`; `planned` (a boolean): step k is one of the resampling steps the refinement is frozen
-    at (see the module's docstring); None: refine after each resampling.
+    """`(key, population, k, δ_k, β_{k−1}, β_k) -> (population, ESS/N)`: every particle moved by
+    the forward kernel (particle i with key i of `split(key, N)`), the move scored by the backward
+    kernel, and the log weights given the incremental weight `log G_k` (the module's docstring).
 
-    Args:
-        forward: the forward kernel, with its prepared parameters `resolved`.
-        backward: the backward kernel, with its parameters `backward_params`.
-        refine: the refinement (`adaptation.build_refine`), or None for no moves.
-        resample: the resampling function.
-        path: the annealed path (its K steps).
-        resolved: `forward.prepare(params.forward, dim)`.
-        backward_params: the backward kernel's parameters.
-        evaluate: `x -> (log γ(x), ∇log γ(x))`.
-        settings: `resample` (the ESS/N threshold) and `refine_every_step`.
-        context: a datum's features, handed to the backward kernel with every transition (an
-            amortised score network); None for an unconditional sampler.
-        sharding: the particle axis over a mesh of devices (`sharding`); None: no constraint.
+    `context`: a datum's features, handed to the backward kernel with every transition (an
+    amortised score network); None for an unconditional sampler.
     """
-    steps = path.step_sizes.shape[0]
     log_gamma = annealed_log_density(forward, resolved, path)
 
-    def step(key, pop: Population, k, delta, beta_prev, beta, planned=None) -> tuple[Population, StepInfo]:
+    def move(key, pop: Population, k, delta, beta_prev, beta) -> tuple[Population, jax.Array]:
         num = pop.log_w.shape[0]
-        k_move, k_resample, k_refine = jax.random.split(key, 3)
-        move_keys = shard(jax.random.split(k_move, num), sharding)
+        move_keys = shard(jax.random.split(key, num), sharding)
         states, log_forward, transition = jax.vmap(
             lambda kk, s: forward.step(kk, s, Step(k, beta, delta), path, resolved, evaluate)
         )(move_keys, pop.states)
@@ -156,17 +68,64 @@ def build_kernel(
             transition = transition._replace(context=jnp.broadcast_to(context, (num,) + context.shape))
         log_backward = jax.vmap(lambda t: backward.log_density(backward_params, t))(transition)
         increment = log_gamma(beta, states) - log_gamma(beta_prev, pop.states) + log_backward - log_forward
-        pop = pop._replace(states=shard(states, sharding), log_w=pop.log_w + replicate(increment, sharding))
-        ess = on_every_device(ess_fraction, sharding)(pop.log_w)
+        return reweight(pop._replace(states=shard(states, sharding)), replicate(increment, sharding), sharding)
+
+    return move
+
+
+def build_kernel(
+    kernels: Kernels, params: Any, path: AnnealedPath, evaluate: Callable, dim: int, settings: Settings,
+    adapt: bool = True, context: Optional[jax.Array] = None, sharding: Optional[NamedSharding] = None,
+    frozen: Optional[FixedTuning] = None,
+) -> SMCKernel:
+    """The fixed schedule's `SMCKernel`: `init(key, num)` (`initial_population` with the forward
+    kernel's states) and `step(key, population)`, step k = `population.steps + 1`: move, reweight,
+    resample when the ESS is low (or planned), refine.
+
+    Args:
+        kernels: the forward and backward kernels, the refinement kernel (None: no moves) and the
+            resampling function.
+        params: the sampler's parameters (`annealing.SamplerParams`: its `forward` and `backward`).
+        path: the annealed path (its K steps).
+        evaluate: `x -> (log γ(x), ∇log γ(x))`.
+        dim: the target's dimension.
+        settings: `resample` (the ESS/N threshold), `refine_every_step` and the refinement's.
+        adapt: adapt the refinement's step size and preconditioner from the particles.
+        context: a datum's features for the backward kernel (`build_move`); None: unconditional.
+        sharding: the particle axis over a mesh of devices (`sharding`); None: no constraint.
+        frozen: an earlier run's `FixedTuning`: step k refines, and resamples, where it says, with
+            its parameters `frozen.refine[k − 1]`, adapting nothing (the module's docstring); None:
+            refine after each resampling.
+    """
+    forward = kernels.forward
+    resolved = forward.prepare(params.forward, dim)
+    refine = None
+    if kernels.refine is not None:
+        refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt and frozen is None, sharding)
+    move = build_move(forward, kernels.backward, path, resolved, params.backward, evaluate, context, sharding)
+    steps = path.step_sizes.shape[0]
+    schedule = (jnp.arange(1, steps + 1), path.step_sizes, path.betas[:-1], path.betas[1:])
+
+    def init(key, num: int) -> Population:
+        return initial_population(key, num, path, evaluate, kernels.refine, dim, forward, resolved, sharding)
+
+    def step(key, pop: Population) -> tuple[Population, StepInfo]:
+        i = pop.steps
+        k, delta, beta_prev, beta = (a[i] for a in schedule)
+        planned = None
+        if frozen is not None:
+            pop, planned = pop._replace(refine=jax.tree.map(lambda a: a[i], frozen.refine)), frozen.resampled[i]
+        k_move, k_resample, k_refine = jax.random.split(key, 3)
+        pop, ess = move(k_move, pop, k, delta, beta_prev, beta)
         low = ess < settings.resample
         do_resample = (low if planned is None else low | planned) & (k < steps)
-        pop = maybe_resample(pop, k_resample, do_resample, resample, sharding)
+        pop = maybe_resample(pop, k_resample, do_resample, kernels.resample, sharding)
         if refine is None:
             pop, acceptance, used = no_refine(pop)
         else:
             moves = do_resample if planned is None else planned
             do_refine = (jnp.asarray(True) if settings.refine_every_step else moves) & (k < steps)
             pop, acceptance, used = maybe_refine(pop, k_refine, do_refine, beta, refine)
-        return pop, StepInfo(beta, ess, do_resample, acceptance, used.step_size)
+        return advance(pop, beta), StepInfo(beta, ess, do_resample, acceptance, used.step_size)
 
-    return step
+    return SMCKernel(init, step)

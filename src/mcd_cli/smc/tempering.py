@@ -3,9 +3,12 @@
 The forward and backward kernels are not used: the incremental weight of β → β′ is
 `(β′ − β)(log γ(x) − log π0(x))` at the current particles, and β′ is found by bisection so that the
 conditional ESS (Zhou, Johansen & Aston 2016) of those weights is `target_ess` (classic adaptive
-tempered SMC). As in BlackJAX, the adaptive step is a wrapper: `build_kernel` solves for β′ and
-hands it to the tempered step (`build_tempered_kernel`), which reweights, resamples when the ESS
-is low and refines at β′.
+tempered SMC). As in BlackJAX (`smc.adaptive_tempered` around `smc.tempered`), the adaptive step
+is a wrapper: `build_kernel` returns an `SMCKernel` whose step solves for β′ from the particles
+and hands it to the tempered step (`build_tempered_kernel`), which reweights from
+`population.beta`, resamples when the ESS is low and refines at β′. Given an earlier run's
+choices (`chosen`, a `Tempering`) the same wrapper replays them instead: β′, the resampling and
+the refinement's parameters of step k are `chosen`'s, nothing adapted (`loop.run_replay`).
 
 With a fixed schedule and fixed kernels Ẑ is unbiased for Z whatever the resampling (Del Moral
 2004); the adaptive β, like the adapted step sizes and mass, adds a small bias.
@@ -28,12 +31,12 @@ from jax.scipy.special import logsumexp
 from jax.sharding import NamedSharding
 
 from mcd_cli.kernels.base import AnnealedPath
-from mcd_cli.kernels.ula import ULAState
+from mcd_cli.smc import adaptation
 from mcd_cli.smc.adaptation import Refine
+from mcd_cli.smc.base import advance, initial_population, maybe_refine, maybe_resample, reweight
 from mcd_cli.smc.diagnostics import move_correlation
 from mcd_cli.smc.sharding import on_every_device, replicate
-from mcd_cli.smc.state import Population, Resampler, Settings, StepInfo, ess_fraction
-from mcd_cli.smc.step import maybe_refine, maybe_resample
+from mcd_cli.smc.state import Kernels, Population, Resampler, Settings, SMCKernel, StepInfo, Tempering
 
 # The bisection on β′ halves [β, 1] this many times: below float32 resolution of β.
 BISECTION_STEPS = 40
@@ -74,24 +77,19 @@ def next_beta(beta: jax.Array, log_w: jax.Array, log_likelihood: jax.Array, targ
     return jnp.where(cess(one) >= target_ess, one, lo)
 
 
-def init_state(keys, x0, log_target0, target_grad0):
-    """The particles' states at β = 0: position and cached target, zero log weights."""
-    return ULAState(x0, log_target0, target_grad0), jnp.zeros_like(log_target0)
-
-
 def build_tempered_kernel(
     refine: Refine, resample: Resampler, settings: Settings, sharding: Optional[NamedSharding] = None
 ) -> Callable:
-    """The tempered step `(key, population, β, β′, log-likelihoods[, resample]) -> (population,
-    StepInfo)`: reweight by `(β′ − β) · log-likelihood`, resample when ESS/N falls below
-    `settings.resample` (or when `resample`, a decision made in advance, says so; never at β′ = 1),
-    then refine at β′ (unless β′ = 1) and measure how much the moves moved."""
+    """The tempered step `(key, population, β′, log-likelihoods[, resample]) -> (population,
+    StepInfo)` (BlackJAX's `smc.tempered` kernel, β′ its `lmbda`): reweight by `(β′ − β) ·
+    log-likelihood`, β the population's, resample when ESS/N falls below `settings.resample` (or
+    when `resample`, a decision made in advance, says so; never at β′ = 1), then refine at β′
+    (unless β′ = 1) and measure how much the moves moved."""
 
-    def step(key, pop: Population, beta, beta_new, log_likelihood, resample_now=None) -> tuple[Population, StepInfo]:
+    def tempered(key, pop: Population, beta_new, log_likelihood, resample_now=None) -> tuple[Population, StepInfo]:
         k_resample, k_refine = jax.random.split(key)
-        increment = jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (beta_new - beta) * log_likelihood)
-        pop = pop._replace(log_w=pop.log_w + increment)
-        ess = on_every_device(ess_fraction, sharding)(pop.log_w)
+        increment = jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (beta_new - pop.beta) * log_likelihood)
+        pop, ess = reweight(pop, increment, sharding)
         last = beta_new >= 1.0
         if resample_now is None:
             resample_now = ess < settings.resample + ESS_ROUNDING
@@ -103,9 +101,9 @@ def build_tempered_kernel(
         info = StepInfo(
             beta_new, ess, do_resample, acceptance, used.step_size, correlation.astype(pop.log_w.dtype), used.inv_mass
         )
-        return pop, info
+        return advance(pop, beta_new), info
 
-    return step
+    return tempered
 
 
 def log_likelihoods(pop: Population, path: AnnealedPath, sharding: Optional[NamedSharding] = None) -> jax.Array:
@@ -117,21 +115,51 @@ def log_likelihoods(pop: Population, path: AnnealedPath, sharding: Optional[Name
 
 
 def build_kernel(
-    refine: Refine,
-    resample: Resampler,
-    path: AnnealedPath,
-    settings: Settings,
-    sharding: Optional[NamedSharding] = None,
-) -> Callable:
-    """The adaptive step `(key, population, β) -> (population, StepInfo)`, the new β in `info.beta`:
-    β′ solved from the particles (`next_beta` at `settings.target_ess`), then the tempered step."""
-    tempered = build_tempered_kernel(refine, resample, settings, sharding)
+    kernels: Kernels, path: AnnealedPath, evaluate: Callable, dim: int, settings: Settings, adapt: bool = True,
+    sharding: Optional[NamedSharding] = None, chosen: Optional[Tempering] = None,
+) -> SMCKernel:
+    """Adaptive tempering's `SMCKernel`: `init(key, num)` (`initial_population` without a forward
+    kernel) and `step(key, population)`, the new β in `info.beta`: β′ solved from the particles
+    (`next_beta` at `settings.target_ess`), then the tempered step.
 
-    def step(key, pop: Population, beta) -> tuple[Population, StepInfo]:
+    With `chosen` (an earlier adaptive run's `Tempering`) the step at `population.steps = k`
+    replays it: β′ = `chosen.beta[k]`, resampled where `chosen.resampled[k]`, its refinement's
+    parameters `chosen.refine[k]` (where it moved), adapting nothing (`adapt` is ignored); `init`
+    starts the preconditioner as `chosen`'s (a covariance factor: the identity matrix).
+
+    Args:
+        kernels: the refinement kernel (needed) and the resampling function; no forward or
+            backward kernel.
+        path: the annealed path (its π0).
+        evaluate: `x -> (log γ(x), ∇log γ(x))`.
+        dim: the target's dimension.
+        settings: `target_ess`, `resample` and the refinement's.
+        adapt: adapt the refinement's step size and preconditioner from the particles.
+        sharding: the particle axis over a mesh of devices (`sharding`); None: no constraint.
+        chosen: the run to replay; None: choose β′ from the particles.
+    """
+    refine = adaptation.build_refine(kernels.refine, path, evaluate, settings, adapt and chosen is None, sharding)
+    tempered = build_tempered_kernel(refine, kernels.resample, settings, sharding)
+
+    def init(key, num: int) -> Population:
+        pop = initial_population(key, num, path, evaluate, kernels.refine, dim, sharding=sharding)
+        if chosen is not None and chosen.refine.inv_mass.ndim == 3:  # a covariance factor per step
+            pop = pop._replace(refine=pop.refine._replace(inv_mass=jnp.diag(pop.refine.inv_mass)))
+        return pop
+
+    def adaptive(key, pop: Population) -> tuple[Population, StepInfo]:
         log_likelihood = log_likelihoods(pop, path, sharding)
         beta_new = on_every_device(lambda *a: next_beta(*a, settings.target_ess), sharding)(
-            beta, pop.log_w, log_likelihood
+            pop.beta, pop.log_w, log_likelihood
         )
-        return tempered(key, pop, beta, beta_new, log_likelihood)
+        return tempered(key, pop, beta_new, log_likelihood)
 
-    return step
+    def replay(key, pop: Population) -> tuple[Population, StepInfo]:
+        k = pop.steps
+        log_likelihood = log_likelihoods(pop, path, sharding)
+        # the chosen tuning of a step that refines (β < 1; the last step makes no moves)
+        refines = chosen.beta[k] < 1.0
+        pop = pop._replace(refine=jax.tree.map(lambda c, p: jnp.where(refines, c[k], p), chosen.refine, pop.refine))
+        return tempered(key, pop, chosen.beta[k], log_likelihood, chosen.resampled[k])
+
+    return SMCKernel(init, adaptive if chosen is None else replay)

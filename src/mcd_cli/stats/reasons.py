@@ -65,7 +65,7 @@ CODES: dict[str, tuple[str, ...]] = {
     "moves_stuck": ("fraction", "moves"),
     # Repeats (`repeats.combine_estimates`):
     "repeats_disagree": ("replicate_stderr", "delta_stderr", "z"),
-    # The default policy (`run.policy`): the final run's effort had an `unreliable` pilot.
+    # The default policy (`mcd_cli.policy`): the final run's effort had an `unreliable` pilot.
     "effort_unreliable": ("stage",),
     # Settings (`kernels.mcd.warnings`) and runs that failed (`record.datum_record`):
     "score_network_narrow": ("hidden", "dim"),

@@ -410,11 +410,11 @@ def from_module(
 
 
 def is_model_target(target: Union[Target, ModelDensity]) -> bool:
-    """Whether `target` was built from a NumPyro or a PyMC model (so that `prior_initial` applies)."""
-    from mcd_cli.targets.pymc_model import PyMCDensity  # (no PyMC import: that module imports it lazily)
-
+    """Whether `target` was built from a NumPyro or a PyMC model (so that `prior_initial` applies): a
+    `ModelDensity`, or a density that draws its own prior (`pymc_model.PyMCDensity.prior_draws`; named
+    by what it does, so that this module does not import the PyMC one, which imports this)."""
     density = target.log_density if isinstance(target, Target) else target
-    return isinstance(density, (ModelDensity, PyMCDensity))
+    return isinstance(density, ModelDensity) or callable(getattr(density, "prior_draws", None))
 
 
 def prior_draws(target: Union[Target, ModelDensity], key: jax.Array, num: int = 4096) -> jax.Array:

@@ -23,10 +23,9 @@ chunk boundary where the ELBO has stopped improving by more than its noise (`pla
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -39,62 +38,10 @@ from mcd_cli.train import objectives
 from mcd_cli.smc import resampling
 from mcd_cli.kernels import registry
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.errors import RunFailed
 from mcd_cli.smc import segments
-from mcd_cli.train.stopping import plateaued, too_slow
+from mcd_cli.train import stopping
+from mcd_cli.train.state import TrainingDiverged, TrainingInterrupted, TrainResult, TrainState  # noqa: F401 (re-exported)
 from mcd_cli.targets.base import Target
-
-
-class TrainingDiverged(RunFailed):
-    """Training kept producing non-finite losses or gradients after every allowed recovery."""
-
-
-class TrainingInterrupted(Exception):
-    """Training was interrupted (Ctrl-C); `state` is the last consistent `TrainState`, `history` the
-    training ELBO of its iterations `0 … state.iteration − 1`."""
-
-    def __init__(self, state: "TrainState", history: Optional[np.ndarray] = None):
-        super().__init__(f"training interrupted at iteration {state.iteration}")
-        self.state = state
-        self.history = history
-
-
-class TrainState(NamedTuple):
-    """Everything needed to continue training exactly where it stopped (a checkpoint saves it whole).
-
-    `recent` holds the ELBOs of the last `2 × TrainConfig.plateau_window` updates (NaN where an
-    update was skipped or has not run), at index `iteration mod 2W`: what the stopping rule needs.
-    """
-
-    params: Any
-    opt_state: Any
-    key: jax.Array
-    iteration: int = 0
-    lr_scale: float = 1.0
-    skipped: int = 0
-    recoveries: int = 0
-    bad_streak: int = 0
-    snapshot_params: Any = None
-    snapshot_opt_state: Any = None
-    recent: Any = None
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainResult:
-    """What `fit` returns: the final state, the ELBO of every iteration `0 … state.iteration − 1`
-    (NaN if skipped; those before a resume as the checkpoint kept them) and why training stopped
-    ("iterations": the cap was reached; "plateau": the stopping rule)."""
-
-    state: TrainState
-    elbo_history: np.ndarray
-    skipped: int
-    recoveries: int
-    seconds: float
-    stop_reason: str = "iterations"
-
-    @property
-    def params(self) -> Any:
-        return self.state.params
 
 
 def optimizer(config: TrainConfig) -> optax.GradientTransformation:
@@ -174,7 +121,7 @@ def init_train_state(
 ) -> TrainState:
     """Initial parameters (MCD warm-started to AIS) and optimiser state.
 
-    `step_sizes`: per-step initial sizes δ_1 … δ_K (e.g. from `pilot.pilot_step_sizes`);
+    `step_sizes`: per-step initial sizes δ_1 … δ_K (e.g. from `pilot.curvature_step_sizes`);
     default: `sconf.init_step_size` at every step. `betas`: the learned schedule's start
     (`annealing.init_params`).
 
@@ -385,6 +332,56 @@ def _to_host(state: TrainState) -> TrainState:
     )
 
 
+def _full_history(history: Optional[np.ndarray], state: TrainState, tconf: TrainConfig) -> np.ndarray:
+    """The ELBO history `fit` fills in: room for every iteration up to the cap (or to `state.iteration`,
+    if past it), NaN where not yet run, with `history`'s entries before `state.iteration` kept."""
+    earlier = np.asarray(history if history is not None else (), dtype=np.float64)[: state.iteration]
+    full = np.full(max(tconf.iterations, state.iteration), np.nan)
+    full[: earlier.size] = earlier
+    return full
+
+
+def _chunk_end(iteration: int, tconf: TrainConfig, checkpoint_every: int) -> int:
+    """Where the chunk starting at `iteration` stops: `tconf.chunk` updates later, at the cap, or at
+    the next checkpoint, whichever comes first (so a resumed run takes the same chunks' updates)."""
+    stop = min(tconf.iterations, iteration + int(tconf.chunk))
+    if checkpoint_every > 0:
+        stop = min(stop, (iteration // checkpoint_every + 1) * checkpoint_every)
+    return stop
+
+
+def _advance(
+    run_chunk: Callable, state: TrainState, tconf: TrainConfig, checkpoint_every: int
+) -> tuple[TrainState, np.ndarray]:
+    """One chunk on the device from a host state: the host state after it, and the ELBOs of the
+    updates it ran (float64, NaN where skipped)."""
+    stop = _chunk_end(state.iteration, tconf, checkpoint_every)
+    new_state, elbos = run_chunk(_to_device(state), jnp.asarray(stop, jnp.int32))
+    new_state = _to_host(new_state)
+    return new_state, np.asarray(elbos, dtype=np.float64)[: new_state.iteration - state.iteration]
+
+
+def _report(callback: Optional[Callable[[int, float], None]], first: int, elbos: np.ndarray) -> None:
+    """Calls `callback(iteration, elbo)` for each of a chunk's updates, from iteration `first` on."""
+    if callback is not None:
+        for j, elbo in enumerate(elbos):
+            callback(first + j, float(elbo))
+
+
+def _diverged(state: TrainState, tconf: TrainConfig) -> bool:
+    """Rule "diverged": more recoveries than `max_recoveries` (the chunk loop has stopped for good)."""
+    return state.recoveries > tconf.max_recoveries
+
+
+def _divergence_error(state: TrainState, tconf: TrainConfig) -> TrainingDiverged:
+    """The error `fit` raises when training diverged, with what to try instead."""
+    return TrainingDiverged(
+        f"training diverged: {tconf.max_bad_steps} consecutive non-finite updates after "
+        f"{tconf.max_recoveries} recoveries at iteration {state.iteration}; try a smaller "
+        "--lr, fewer --steps, --init vi, or a target with finite log density and gradient"
+    )
+
+
 def fit(
     state: TrainState,
     target: Target,
@@ -430,51 +427,28 @@ def fit(
             boundary).
     """
     run_chunk = update or make_train_chunk(target, sconf, tconf, objective)
-    chunk = int(tconf.chunk)
-    earlier = np.asarray(history if history is not None else (), dtype=np.float64)[: state.iteration]
-    history = np.full(max(tconf.iterations, state.iteration), np.nan)
-    history[: earlier.size] = earlier
+    history = _full_history(history, state, tconf)
     stop_reason = "iterations"
     t0 = time.perf_counter()
     steady: Optional[tuple[int, float]] = None  # (iteration, time) at the end of the first chunk
     try:
         while state.iteration < tconf.iterations:
             i0 = state.iteration
-            stop = min(tconf.iterations, i0 + chunk)
-            if checkpoint_every > 0:
-                stop = min(stop, (i0 // checkpoint_every + 1) * checkpoint_every)
-            new_state, elbos = run_chunk(_to_device(state), jnp.asarray(stop, jnp.int32))
-            new_state = _to_host(new_state)
-            elbos = np.asarray(elbos, dtype=np.float64)[: new_state.iteration - i0]
+            new_state, elbos = _advance(run_chunk, state, tconf, checkpoint_every)
             history[i0 : new_state.iteration] = elbos
-            if new_state.recoveries > tconf.max_recoveries:
-                if callback is not None:
-                    for j, elbo in enumerate(elbos):
-                        callback(i0 + j, float(elbo))
-                raise TrainingDiverged(
-                    f"training diverged: {tconf.max_bad_steps} consecutive non-finite updates after "
-                    f"{tconf.max_recoveries} recoveries at iteration {new_state.iteration}; try a smaller "
-                    "--lr, fewer --steps, --init vi, or a target with finite log density and gradient"
-                )
+            if _diverged(new_state, tconf):
+                _report(callback, i0, elbos)
+                raise _divergence_error(new_state, tconf)
             state = new_state
-            if callback is not None:
-                for j, elbo in enumerate(elbos):
-                    callback(i0 + j, float(elbo))
+            _report(callback, i0, elbos)
             if on_checkpoint is not None and checkpoint_every > 0 and state.iteration % checkpoint_every == 0:
                 on_checkpoint(state, history[: state.iteration])
-            if tconf.stop == "plateau" and plateaued(state.recent, state.iteration, tconf.plateau_window):
-                stop_reason = "plateau"
+            reason, steady = stopping.stop_reason(
+                state.iteration, state.recent, tconf, t0, steady, seconds, min_updates, clock=time.perf_counter
+            )
+            if reason is not None:
+                stop_reason = reason
                 break
-            now = time.perf_counter()
-            if seconds is not None and state.iteration < tconf.iterations and now - t0 >= seconds:
-                stop_reason = "time"
-                break
-            if seconds is not None and min_updates is not None:
-                if steady is None:
-                    steady = (state.iteration, now)
-                elif too_slow(state.iteration, steady, now, t0 + seconds, min_updates, tconf.iterations, chunk):
-                    stop_reason = "slow"
-                    break
     except KeyboardInterrupt:
         raise TrainingInterrupted(state, history[: state.iteration]) from None
     if on_checkpoint is not None and checkpoint_every > 0:

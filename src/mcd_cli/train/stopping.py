@@ -1,12 +1,15 @@
 """When training stops early: the ELBO's plateau (`--iterations auto`) and a rate too slow for the
 updates a clock-bounded training needs (a policy's learning pilot). Pure functions of the host's
-counters, used by `training.fit` at the end of each chunk."""
+counters, used by `train.loop.fit` at the end of each chunk (`stop_reason`)."""
 
 from __future__ import annotations
 
 import math
+from typing import Callable, Optional
 
 import numpy as np
+
+from mcd_cli.config import TrainConfig
 
 
 def plateaued(recent: np.ndarray, iteration: int, window: int, threshold: float = 2.0) -> bool:
@@ -56,3 +59,36 @@ def too_slow(
         return False
     chunks = math.ceil(done / since * max(deadline - now, 0.0) / chunk - 1e-9)
     return iteration + chunk * chunks < min(needed, cap)
+
+
+def stop_reason(
+    iteration: int,
+    recent: np.ndarray,
+    tconf: TrainConfig,
+    t0: float,
+    steady: Optional[tuple[int, float]],
+    seconds: Optional[float],
+    min_updates: Optional[int],
+    clock: Callable[[], float],
+) -> tuple[Optional[str], Optional[tuple[int, float]]]:
+    """Why training stops at this chunk boundary, after `iteration` updates begun at `t0` on
+    `clock`, by three rules in this order: "plateau" (`TrainConfig.stop = "plateau"` and the ELBOs
+    `recent` have stopped improving beyond their noise: `plateaued`), "time" (`seconds` of wall time
+    have passed before the cap), "slow" (at the rate since `steady`, the clock stops training short
+    of `min_updates`: `too_slow`); None: it goes on. Also `steady`, the `(iteration, time)` the rate
+    is measured from: set at the end of the first chunk (which compiles), when the rule is asked for.
+
+    The clock is read once, only when the plateau rule did not stop training.
+    """
+    if tconf.stop == "plateau" and plateaued(recent, iteration, tconf.plateau_window):
+        return "plateau", steady
+    now = clock()
+    if seconds is not None and iteration < tconf.iterations and now - t0 >= seconds:
+        return "time", steady
+    if seconds is None or min_updates is None:
+        return None, steady
+    if steady is None:
+        return None, (iteration, now)
+    if too_slow(iteration, steady, now, t0 + seconds, min_updates, tconf.iterations, int(tconf.chunk)):
+        return "slow", steady
+    return None, steady

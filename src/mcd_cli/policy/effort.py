@@ -1,6 +1,6 @@
 """How hard one stage of the default policy works (`Effort`), and how a pilot's verdict raises it
-(`escalate`): the policy's ladder. `run.policy` runs the stages; docs/method.md, "The default
-policy", says why each rung is where it is.
+(`escalate`): the policy's ladder. `policy.decide` chooses the stages; docs/policy.md says why
+each rung is where it is.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import dataclasses
 from typing import Optional
 
 from mcd_cli.config import SamplerConfig, TrainConfig
-from mcd_cli.run.defaults import (
-    POLICY_LEAPFROG, POLICY_LEARN_MAX_ITERATIONS, POLICY_LEARNED, POLICY_LONG_MOVES, POLICY_MAX_MOVES,
-    POLICY_MAX_POPULATION_FACTOR, POLICY_START, POLICY_TARGET_ESS, POLICY_TRAINED, population_size,
+from mcd_cli.policy.settings import (
+    LEARN_MAX_ITERATIONS, LONG_LEAPFROG, LONG_MOVES, MAX_MOVES, MAX_POPULATION_FACTOR, TARGET_ESS,
 )
+from mcd_cli.run.defaults import ADAPTIVE_SMC, LEARNED_MCD, TRAINED_MCD, population_size
 from mcd_cli.run.plan import RunPlan
 
 # What a pilot's reasons ask for. The moves did not mix: more moves per temperature, then longer ones.
@@ -28,11 +28,11 @@ SMALL = frozenset({
     "stderr_spread_larger", "stderr_from_spread", "populations_scatter", "nonfinite_weights",
 })
 
-# How a stage's `method` names the training mode of learned kernels (`POLICY_LEARNED["train_with"]`).
+# How a stage's `method` names the training mode of learned kernels (`LEARNED_MCD.train_with`).
 TRAINED_BY = {"is": "by importance sampling", "smc": "with SMC in the loop"}
 
 # Particles stuck where the moves' step size cannot reach (a funnel's neck): no effort of adaptive
-# SMC moves them (more or longer moves of the same step size), nor did training (docs/method.md);
+# SMC moves them (more or longer moves of the same step size), nor did training (docs/policy.md);
 # a change of variables by a fitted flow does (`init.flow`), so it comes first.
 STUCK = frozenset({"moves_stuck"})
 
@@ -40,10 +40,10 @@ STUCK = frozenset({"moves_stuck"})
 @dataclasses.dataclass(frozen=True)
 class Effort:
     """How hard one stage works: moves per temperature, the conditional ESS each temperature aims
-    at, particles per population, whether the kernels are trained MCD ones (`POLICY_TRAINED`), and
+    at, particles per population, whether the kernels are trained MCD ones (`TRAINED_MCD`), and
     the leapfrog steps of each HMC move (adaptive SMC), and whether the target is sampled through a
     flow fitted to it (`transport`: `--init flow`, `init.flow`). Kernels *learned* with time to
-    spare (`POLICY_LEARNED`: trained by the clock as an importance sampler, their schedule learned
+    spare (`LEARNED_MCD`: trained by the clock as an importance sampler, their schedule learned
     from where adaptive tempered SMC put its temperatures) train for at most
     `train_seconds` in their pilot (stopping early when their rate says `train_min_updates` will
     not be made: `training.fit`); the final run that reuses them names the updates that pilot made
@@ -70,7 +70,7 @@ class Effort:
                 f"{self.train_iterations} updates" if self.train_iterations is not None
                 else f"at most {self.train_seconds:.0f} s"
             )
-            by = TRAINED_BY[POLICY_LEARNED["train_with"]]
+            by = TRAINED_BY[LEARNED_MCD.train_with]
             return (
                 f"MCD kernels learned {by} ({spent}) from adaptive SMC's temperatures, in SMC, "
                 f"populations of {self.population}"
@@ -100,11 +100,11 @@ class Effort:
         final run's adaptive tempering replays the temperatures and tuning of a population of its
         own (`refine_tuning="pilot"`: Ẑ exactly unbiased); a `pilot`'s, which only measures the
         effort, adapts each population from its own particles, sparing that population."""
-        settings = dict(POLICY_LEARNED if self.learned else POLICY_TRAINED if self.trained else POLICY_START)
-        iterations = settings.pop("iterations")
-        training = {"train_with": settings.pop("train_with")} if "train_with" in settings else {}
+        method = LEARNED_MCD if self.learned else TRAINED_MCD if self.trained else ADAPTIVE_SMC
+        settings, iterations = method.sampler_fields(), method.iterations
+        training = {"train_with": method.train_with} if method.train_with is not None else {}
         if self.learned:
-            iterations = self.train_iterations if self.train_iterations is not None else POLICY_LEARN_MAX_ITERATIONS
+            iterations = self.train_iterations if self.train_iterations is not None else LEARN_MAX_ITERATIONS
         if self.transport:
             settings["init"] = "flow"
         if not self.trained:  # resampling after every temperature: the final weights are one increment's
@@ -116,10 +116,10 @@ class Effort:
 
 
 def first_effort(plan: RunPlan) -> Effort:
-    """The effort a run starts at: `POLICY_START`, in populations of the run's default size, with
+    """The effort a run starts at: `ADAPTIVE_SMC`, in populations of the run's default size, with
     the run's leapfrog steps per move (`--leapfrog`)."""
     population = population_size(plan.num_samples, plan.particles, plan.target.dim)
-    return Effort(POLICY_START["refine_steps"], POLICY_START["target_ess"], population, leapfrog=plan.sconf.leapfrog)
+    return Effort(ADAPTIVE_SMC.refine_steps, ADAPTIVE_SMC.target_ess, population, leapfrog=plan.sconf.leapfrog)
 
 
 def escalate(
@@ -129,8 +129,8 @@ def escalate(
     """The next effort after a pilot whose verdict gave the reason `codes`, and why; None when
     nothing is left to raise. Each family of reasons raises its own part (moves for poor mixing,
     the conditional ESS for degenerate weights, the population for runs too small to measure
-    themselves). Poor mixing doubles the moves up to `POLICY_MAX_MOVES`; then, as the last rung,
-    makes them longer: `POLICY_LONG_MOVES` moves of `POLICY_LEAPFROG` leapfrog steps (at about the
+    themselves). Poor mixing doubles the moves up to `MAX_MOVES`; then, as the last rung,
+    makes them longer: `LONG_MOVES` moves of `LONG_LEAPFROG` leapfrog steps (at about the
     cost of the old rung of 60 short moves, longer trajectories travel further than more short
     ones); `too_short` (`doubling_too_short`: the pilot's move correlation says twice the moves
     would still barely move) goes to that rung at once. Moves come before particles: a population
@@ -144,13 +144,13 @@ def escalate(
     of no family, go to trained kernels; heavy-tailed weights or small populations at their caps
     are left to the final run's verdict (None), since training never lightened them where it was
     measured (student_t3, funnel, nice_mnist: k̂ still above 0.5 after 100–530 s of training;
-    docs/method.md). Stuck particles (`STUCK`) come first: where the run's start is auto's, the next
+    docs/policy.md). Stuck particles (`STUCK`) come first: where the run's start is auto's, the next
     pilot samples the target through a flow fitted to it (`transport`, `--init flow`), from the first
     effort again (what the other reasons asked for was asked of the old geometry); once transported,
     from a start the user chose, or where no flow can be fitted (`can_transport` False: a
     conditional target's start is one per datum), they raise nothing, and once the other reasons have nothing left
     to raise, the final run is made at the effort reached."""
-    cap = POLICY_MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
+    cap = MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
     moves, ess, population, leapfrog = effort.moves, effort.target_ess, effort.population, effort.leapfrog
     stuck, codes = bool(codes & STUCK), set(codes) - STUCK
     if stuck and can_transport and not effort.transport and not effort.trained and plan.sconf.init == "auto":
@@ -158,16 +158,16 @@ def escalate(
             "particles stuck where no step size of these moves reaches: the target through a fitted flow"
         )
     why = []
-    mixing = bool(codes & MIXING) and leapfrog < POLICY_LEAPFROG and not moves_stalled
-    more_moves = mixing and moves < POLICY_MAX_MOVES and not too_short
+    mixing = bool(codes & MIXING) and leapfrog < LONG_LEAPFROG and not moves_stalled
+    more_moves = mixing and moves < MAX_MOVES and not too_short
     longer = mixing and not more_moves
     if more_moves:
-        moves, why = min(2 * moves, POLICY_MAX_MOVES), why + ["the moves did not mix: more moves"]
+        moves, why = min(2 * moves, MAX_MOVES), why + ["the moves did not mix: more moves"]
     elif longer:
-        moves, leapfrog = POLICY_LONG_MOVES, POLICY_LEAPFROG
+        moves, leapfrog = LONG_MOVES, LONG_LEAPFROG
         why = why + [f"the moves did not mix: longer moves ({moves} of {leapfrog} leapfrog steps)"]
     more_moves = more_moves or longer
-    higher = [e for e in POLICY_TARGET_ESS if e > ess and not tails_stalled]
+    higher = [e for e in TARGET_ESS if e > ess and not tails_stalled]
     if codes & DEGENERATE and higher:
         ess, why = higher[0], why + ["the weights degenerated: more temperatures"]
     grow = codes & DEGENERATE and not tails_stalled or codes & SMALL and not more_moves

@@ -1,6 +1,6 @@
 """What a pilot's measurements say about the next run: stalls and margins of the default policy.
 
-`run.policy` reads a pilot's record (its reasons, its populations' k̂, its stationarity z) to decide
+`policy.decide` reads a pilot's record (its reasons, its populations' k̂, its stationarity z) to decide
 the next effort. Two questions are answered here. *Did raising a part of the effort help?*
 (`mixing_stalled`, `tails_stalled`: when it did not, that part counts as at its cap.) *Does an `ok`
 pilot predict an `ok` final run?* (`predicts_ok`, with `scaled_drift` and `tail_pass_probability`:
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from mcd_cli.run.defaults import PILOT_DRIFT_MARGIN, PILOT_TAIL_PASS
+from mcd_cli.policy.settings import DRIFT_MARGIN, TAIL_PASS
 from mcd_cli.stats.psis import PARETO_K_WARN, tail_length
 from mcd_cli.stats.smc import MIXING_WARN, tail_values
 
@@ -119,20 +119,20 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: 
     final run would: its stationarity test has less power (`scaled_drift`) and the final run's more
     populations give more chances to a k̂ above 0.5 (`tail_pass_probability`, an effort rule stricter
     than the verdict's mean k̂). Each is asked
-    with a margin (`PILOT_DRIFT_MARGIN`, `PILOT_TAIL_PASS`) whose false alarms cost one more pilot,
+    with a margin (`DRIFT_MARGIN`, `TAIL_PASS`) whose false alarms cost one more pilot,
     never a wrong verdict: the final run earns its own. `every=False` asks the tails what the
     verdict asks (`mean_tail_pass_probability`) instead of the effort's stricter rule: for learned
     kernels, which have no conditional ESS to raise, and whose alternative is an adaptive final run
-    that fell short (`policy._learn`).
+    that fell short (`decide._after_learning`).
     """
     codes, why = set(), []
     drift = scaled_drift(pilot, n_pilot, n_final)
-    if drift is not None and drift > PILOT_DRIFT_MARGIN:
+    if drift is not None and drift > DRIFT_MARGIN:
         codes.add("not_at_equilibrium")
         why.append(f"its stationarity z at the final run's {n_final} particles would be {drift:.2g}")
     chance = tail_pass_probability if every else mean_tail_pass_probability
     passing = chance(pilot, n_final // population, population)
-    if passing is not None and passing < PILOT_TAIL_PASS:
+    if passing is not None and passing < TAIL_PASS:
         codes.add("pareto_k_warn")
         which = "all" if every else "their mean"
         why.append(f"its populations' k̂ give the final run's {n_final // population} a {passing:.0%} chance of {which} ≤ 0.5")
@@ -213,7 +213,7 @@ def scaled_drift(record: Any, n_pilot: int, n_final: int) -> Optional[float]:
 
     The drift of log γ under extra moves is a property of the effort, not of the run's size, while
     its standard error falls as 1/√N: the final run's test sees a drift the pilot's smaller one
-    may not. Judged at the final size with the margin `PILOT_DRIFT_MARGIN` (2.5, below the
+    may not. Judged at the final size with the margin `DRIFT_MARGIN` (2.5, below the
     verdict's 3), a pilot at equilibrium exceeds it only when its own |z| > 2.5/√(n_final/n_pilot)
     (1.8 for a final run twice its size: about 8 % of them), and the price of that false alarm is
     one more pilot, never a wrong verdict.

@@ -1,0 +1,70 @@
+"""The policy's decision as a pure function (`policy.decide`): hand-made records in, the next stage
+out, no sampler run and no clock read (the driver's tests are in test_policy.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from test_policy import _Combined, _plan, _Record
+
+from mcd_cli import policy as pol
+from mcd_cli.policy import settings
+from mcd_cli.stats.reasons import Reason
+
+
+def _record(status, se=0.01, *codes):
+    return _Record(0.0, se, status, _Combined(tuple(Reason(c, {}) for c in codes)))
+
+
+def _ran(decision: pol.Decision, record, seconds=1.0) -> pol.State:
+    """The state after the stage `decision` asked for ran and gave `record`."""
+    state, step = decision.state, decision.next
+    stage = pol.Stage(len(state.stages), step.role, step.effort, step.num_samples, record, seconds)
+    return dataclasses.replace(state, stages=(*state.stages, stage))
+
+
+def test_the_first_decision_is_a_pilot_at_the_first_effort():
+    first = pol.begin(_plan(), pol.Policy())
+    effort = pol.first_effort(_plan())
+    assert first.next == pol.Next("pilot", effort, settings.PILOT_POPULATIONS * effort.population)
+    assert first.state.stages == () and first.state.phase == "pilot"
+
+
+def test_an_ok_pilot_chooses_the_final_run_at_its_effort():
+    first = pol.begin(_plan(), pol.Policy(max_se=0.1))
+    decision = pol.decide(_ran(first, _record("ok", 0.05)), math.inf)
+    assert decision.next == pol.Next("final", first.next.effort, 16384, train_stage=0)
+    assert decision.state.phase == "final" and decision.state.chosen == 0
+    assert decision.state.stages[0].decision.startswith("pilot ok: final run at this effort, 16384 particles")
+
+
+def test_moves_that_did_not_mix_raise_the_moves_for_another_pilot():
+    first = pol.begin(_plan(), pol.Policy())
+    decision = pol.decide(_ran(first, _record("warn", 0.05, "moves_barely_move")), math.inf)
+    assert decision.next.role == "pilot" and decision.next.effort.moves == 2 * first.next.effort.moves
+    assert decision.state.stages[0].decision == "pilot warn: the moves did not mix: more moves"
+
+
+def test_no_time_for_the_next_pilot_stops_the_policy():
+    first = pol.begin(_plan(), pol.Policy(time_limit=10.0))
+    decision = pol.decide(_ran(first, _record("warn", 0.05, "moves_barely_move"), seconds=8.0), left=2.0)
+    assert decision.next is None and decision.stopped == "time_limit"
+
+
+def test_an_ok_final_run_after_an_unreliable_pilot_is_capped_at_warn_and_reported():
+    first = pol.begin(_plan(), pol.Policy(max_pilots=1))
+    chose = pol.decide(_ran(first, _record("unreliable", None, "pareto_k_high")), math.inf)
+    assert chose.next.role == "final"
+    done = pol.decide(_ran(chose, _record("ok", 0.01)), math.inf)
+    assert done.next is None and done.stopped == "plan"
+    final = done.state.stages[-1]
+    assert final.decision == "reported" and final.record.status == "warn"
+    assert "effort_unreliable" in {r.code for r in final.record.combined.reasons}
+
+
+def test_the_decision_is_a_function_of_its_inputs():
+    """The same state and time left give the same decision (nothing else is read)."""
+    first = pol.begin(_plan(), pol.Policy(time_limit=100.0))
+    state = _ran(first, _record("warn", 0.05, "pareto_k_warn"))
+    assert pol.decide(state, 50.0) == pol.decide(state, 50.0)
