@@ -18,6 +18,8 @@ def _run(args: list, env: dict) -> dict:
         [sys.executable, "-m", "mcd_cli", *args], capture_output=True, text=True, timeout=300, env=env,
     )
     assert done.returncode == 0, done.stderr
+    # Silent: no warning of JAX's about the cache (without filelock, a dependency, it warned on every run).
+    assert "filelock" not in done.stderr and "compilation cache" not in done.stderr.lower(), done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

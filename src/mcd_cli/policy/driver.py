@@ -22,7 +22,6 @@ from typing import Any, Callable, Optional
 from mcd_cli import run
 from mcd_cli.errors import Interrupted, RunFailed, TooSlow
 from mcd_cli.policy.decide import Decision, Next, State, begin, decide
-from mcd_cli.policy.effort import Effort
 from mcd_cli.policy.settings import Policy
 from mcd_cli.policy.stages import Stage
 from mcd_cli.run.plan import Progress, RunPlan
@@ -147,4 +146,4 @@ def execute(
     return dataclasses.replace(state.stages[-1].record, policy=account(state, stopped, clock() - began))
 
 
-__all__ = ["Effort", "StageProgress", "account", "drive", "execute", "stage_plan"]
+__all__ = ["StageProgress", "account", "drive", "execute", "stage_plan"]
