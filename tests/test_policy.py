@@ -79,7 +79,7 @@ def _script(*verdicts, seconds=1.0, clock=None, start=0.0):
         if status == "failed":
             raise RunFailed("training diverged")
         if status == "slow":
-            raise TooSlow(120, 60.0, plan.train_min_updates, plan.train_seconds)
+            raise TooSlow(120, 60.0, plan.tconf.min_updates, plan.tconf.max_seconds)
         return _Record(
             0.0, se, status, _Combined(tuple(Reason(c, {}) for c in codes)), plan,
             iterations_run=updates[0] if updates else 0, train_seconds=trained,
@@ -452,14 +452,14 @@ def test_time_to_spare_goes_to_learned_kernels_where_adaptive_smc_is_not_ok_and_
     adaptive, learning, final = calls
     # The adaptive pilot took 1 s and predicts 2 s for its final run (16,384 particles: a pilot that
     # is not `ok` does not size it): 397 s to spare, half of it to train.
-    assert adaptive.sconf.adaptive and learning.train_seconds == pytest.approx(0.5 * 397.0)
+    assert adaptive.sconf.adaptive and learning.tconf.max_seconds == pytest.approx(0.5 * 397.0)
     assert not learning.sconf.adaptive and learning.sconf.backward == "mcd" and learning.tconf.train_with == "is"
     assert learning.sconf.resample > 0 and learning.tconf.iterations == settings.LEARN_MAX_ITERATIONS
     # Its schedule starts where adaptive tempered SMC put its temperatures, and is learned from there.
     assert learning.sconf.schedule == "tempered" and learning.sconf.learn_schedule
     # The final run reuses the learning pilot's kernels and names the updates they had: its config
     # trains exactly those, with no clock in it; the learned pilot's SE sizes it.
-    assert final.train_stage == 1 and final.stage == 2 and final.train_seconds is None
+    assert final.train_stage == 1 and final.stage == 2 and final.tconf.max_seconds is None and final.tconf.min_updates is None
     assert final.tconf.iterations == 600 and final.tconf.train_with == "is" and final.sconf == learning.sconf
     assert final.num_samples == 32768  # 8192 · (0.02 / 0.01)²
     stages = rec.policy["stages"]
@@ -479,7 +479,7 @@ def test_without_learn_the_time_to_spare_is_not_spent_and_the_decision_says_what
     execute_stage, calls = _script(warn, ("ok", 0.01, ()), clock=clock)
     rec = _policy_run(execute_stage, clock=clock, time_limit=400.0, max_se=0.01, max_pilots=1)
     adaptive, final = calls
-    assert adaptive.sconf.adaptive and final.sconf.adaptive and final.train_seconds is None and final.stage == 1
+    assert adaptive.sconf.adaptive and final.sconf.adaptive and final.tconf.max_seconds is None and final.stage == 1
     stages = rec.policy["stages"]
     assert [s["role"] for s in stages] == ["pilot", "final"] and rec.policy["reported_stage"] == 1
     assert stages[0]["decision"].endswith(
@@ -514,8 +514,8 @@ def test_learning_too_slow_to_make_its_updates_stops_early_and_the_final_run_is_
     adaptive, learning, final = calls
     # The learning pilot is asked for the updates its kernels need to be used, and stops without an
     # estimate when its rate says it cannot make them: no stage of it, the adaptive final run.
-    assert learning.train_min_updates == settings.LEARN_MIN_UPDATES and learning.train_seconds > 0
-    assert adaptive.train_min_updates is None and final.train_min_updates is None
+    assert learning.tconf.min_updates == settings.LEARN_MIN_UPDATES and learning.tconf.max_seconds > 0
+    assert adaptive.tconf.min_updates is None and final.tconf.min_updates is None
     assert final.sconf.adaptive and final.train_stage is None and final.num_samples == 16384
     stages = rec.policy["stages"]
     assert [s["role"] for s in stages] == ["pilot", "final"]
@@ -553,8 +553,8 @@ def test_a_training_too_slow_for_its_updates_stops_after_its_second_chunk(monkey
 
     target = load_target("gmm8", {"dim": "2"})
     sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, step_size="pilot", unroll=1)
-    base = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=40, batch_size=16, chunk=10),
-                       num_samples=1024, seed=3, stage=0, train_seconds=3.0)
+    base = run.RunPlan(target=target, sconf=sconf, num_samples=1024, seed=3, stage=0,
+                       tconf=TrainConfig(iterations=40, batch_size=16, chunk=10, max_seconds=3.0))
 
     def ticking():
         now = [-1.0]
@@ -568,11 +568,11 @@ def test_a_training_too_slow_for_its_updates_stops_after_its_second_chunk(monkey
     # At the second chunk's end (t = 2 s) 20 updates and 10 more by the 3-s budget: 30 < 40 needed.
     monkeypatch.setattr(training, "time", ticking())
     with pytest.raises(TooSlow) as err:
-        run.execute(dataclasses.replace(base, train_min_updates=40))
+        run.execute(dataclasses.replace(base, tconf=dataclasses.replace(base.tconf, min_updates=40)))
     assert (err.value.updates, err.value.needed, err.value.allowed) == (20, 40, 3.0)
     # 30 needed: the rate reaches them, and the run stops by the clock at 30, as without the rule.
     monkeypatch.setattr(training, "time", ticking())
-    record = run.execute(dataclasses.replace(base, train_min_updates=30))
+    record = run.execute(dataclasses.replace(base, tconf=dataclasses.replace(base.tconf, min_updates=30)))
     assert record.iterations_run == 30 and record.stop_reasons == ("time",)
 
 
@@ -631,7 +631,7 @@ def test_an_ok_adaptive_pilot_whose_tails_miss_the_margin_is_a_shortfall_to_lear
     rec = _policy_run(with_tails, clock=clock, learn=True, time_limit=200.0, max_pilots=1)
     stages = rec.policy["stages"]
     if learns:
-        assert [s["role"] for s in stages] == ["pilot", "pilot", "final"] and calls[1].train_seconds > 0
+        assert [s["role"] for s in stages] == ["pilot", "pilot", "final"] and calls[1].tconf.max_seconds > 0
         assert "adaptive SMC's pilot is ok, but its tails miss the effort's margin; time to spare" in stages[0]["decision"]
         assert not calls[2].sconf.adaptive and calls[2].train_stage == 1
         # Sized for the SE the adaptive final run would have had (0.05 at 8,192, so 0.0354 at
@@ -699,7 +699,7 @@ def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow(
     clock = _Clock()  # 70 s: 67 to spare, 33.5 to train (400 updates of 0.1 s)
     execute_stage, calls = _script(warn, ("ok", 0.05, (), settings.LEARN_MIN_UPDATES), ok, clock=clock)
     _policy_run(execute_stage, clock=clock, learn=True, time_limit=70.0, max_pilots=1)
-    assert len(calls) == 3 and calls[1].train_seconds == pytest.approx(33.5) and calls[2].train_stage == 1
+    assert len(calls) == 3 and calls[1].tconf.max_seconds == pytest.approx(33.5) and calls[2].train_stage == 1
     # Through a fitted flow the flow alone did better than kernels learned in it.
     clock = _Clock()
     stuck = ("warn", 0.05, ("moves_stuck",))
@@ -709,7 +709,7 @@ def test_learning_needs_a_time_limit_with_time_to_spare_a_shortfall_and_no_flow(
 
 
 def test_a_time_bounded_training_stops_at_a_chunk_and_its_count_reproduces_it():
-    """`RunPlan.train_seconds`: the updates a time-bounded training made are those of a training of
+    """`TrainConfig.max_seconds`: the updates a time-bounded training made are those of a training of
     that many updates, so a final run naming the count trains (or reuses) the same kernels."""
     import numpy as np
 
@@ -719,7 +719,7 @@ def test_a_time_bounded_training_stops_at_a_chunk_and_its_count_reproduces_it():
     sconf = SamplerConfig(sampler="ula", backward="mcd", steps=4, hidden=8, step_size="pilot", unroll=1)
     base = run.RunPlan(target=target, sconf=sconf, tconf=TrainConfig(iterations=40, batch_size=16, chunk=10),
                        num_samples=1024, seed=3)
-    pilot = run.execute(dataclasses.replace(base, stage=0, train_seconds=1e-9))
+    pilot = run.execute(dataclasses.replace(base, stage=0, tconf=dataclasses.replace(base.tconf, max_seconds=1e-9)))
     assert pilot.iterations_run == 10 and pilot.stop_reasons == ("time",)
     counted = dataclasses.replace(base, tconf=dataclasses.replace(base.tconf, iterations=10))
     final = run.execute(dataclasses.replace(counted, stage=1, train_stage=0))

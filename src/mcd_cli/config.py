@@ -49,6 +49,12 @@ def hidden_for(dim: int) -> int:
     return min(MAX_DEFAULT_HIDDEN, max(32, -(-dim // 32) * 32))
 
 
+def _one_of(name: str, value: str, allowed) -> None:
+    """Raises ValueError unless `value` is one of `allowed` (a field's choices)."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
     """What the sampler is.
@@ -156,10 +162,8 @@ class SamplerConfig:
             )
         if not 0.01 < self.init_damping < 0.99:
             raise ValueError(f"init_damping must lie in (0.01, 0.99), got {self.init_damping}")
-        if self.init not in INIT_METHODS:
-            raise ValueError(f"init must be one of {', '.join(INIT_METHODS)}, got {self.init!r}")
-        if self.step_size not in STEP_SIZE_RULES:
-            raise ValueError(f"step_size must be one of {', '.join(STEP_SIZE_RULES)}, got {self.step_size!r}")
+        _one_of("init", self.init, INIT_METHODS)
+        _one_of("step_size", self.step_size, STEP_SIZE_RULES)
         if int(self.unroll) < 1:
             raise ValueError(f"unroll must be at least 1, got {self.unroll}")
         if self.init_cov not in COVARIANCES:
@@ -174,14 +178,11 @@ class SamplerConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.resample <= 1.0:
             raise ValueError(f"resample must lie in [0, 1] (an ESS fraction; 0: off), got {self.resample}")
-        if self.resampling not in RESAMPLING:
-            raise ValueError(f"resampling must be one of {', '.join(RESAMPLING)}, got {self.resampling!r}")
+        _one_of("resampling", self.resampling, RESAMPLING)
         if self.refine != "none" and self.refine not in registry.REFINE:
             raise ValueError(f"refine must be one of none, {', '.join(registry.REFINE)}, got {self.refine!r}")
-        if self.refine_every not in REFINE_EVERY:
-            raise ValueError(f"refine_every must be one of {', '.join(REFINE_EVERY)}, got {self.refine_every!r}")
-        if self.refine_tuning not in REFINE_TUNING:
-            raise ValueError(f"refine_tuning must be one of {', '.join(REFINE_TUNING)}, got {self.refine_tuning!r}")
+        _one_of("refine_every", self.refine_every, REFINE_EVERY)
+        _one_of("refine_tuning", self.refine_tuning, REFINE_TUNING)
         if not 0.0 < self.target_ess < 1.0:
             raise ValueError(f"target_ess must lie in (0, 1), got {self.target_ess}")
         if self.adaptive and self.refine == "none":
@@ -189,8 +190,7 @@ class SamplerConfig:
                 "refine must be mala or hmc with the adaptive schedule (its moves are the refinement "
                 "kernel's); add --refine hmc"
             )
-        if self.schedule_start not in SCHEDULE_STARTS:
-            raise ValueError(f"schedule_start must be one of {', '.join(SCHEDULE_STARTS)}, got {self.schedule_start!r}")
+        _one_of("schedule_start", self.schedule_start, SCHEDULE_STARTS)
         if self.schedule_start == "tempered" and not self.learn_schedule:
             raise ValueError("a tempered schedule start needs a learned schedule (learn_schedule)")
         if self.adaptive and self.learn_schedule:
@@ -265,6 +265,10 @@ class TrainConfig:
             paper's importance sampler), or "smc", one population resampled when its ESS/N falls
             below the sampler's `resample`, the objective summed over the segments between
             resamplings (`smc.segments`; needs `resample > 0`).
+        max_seconds: training also stops at the end of the first chunk that ends after this many
+            seconds of wall time (None: no time bound; the default policy's learning pilot sets it).
+        min_updates: with `max_seconds`, training stops early, as too slow (`errors.TooSlow`), once
+            its rate says it will not make this many updates by then (`train.stopping`).
     """
 
     iterations: int = 1000
@@ -280,16 +284,19 @@ class TrainConfig:
     snapshot_every: int = 50
     batch_backward: bool = True
     train_with: str = "is"
+    max_seconds: Optional[float] = None
+    min_updates: Optional[int] = None
 
     def __post_init__(self):
-        if self.train_with not in TRAIN_WITH:
-            raise ValueError(f"train_with must be one of {', '.join(TRAIN_WITH)}, got {self.train_with!r}")
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ValueError(f"max_seconds must be a positive number of seconds, got {self.max_seconds}")
+        if self.min_updates is not None and int(self.min_updates) < 1:
+            raise ValueError(f"min_updates must be at least 1, got {self.min_updates}")
+        _one_of("train_with", self.train_with, TRAIN_WITH)
         if int(self.iterations) < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        if self.stop not in STOP_RULES:
-            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {self.stop!r}")
+        _one_of("objective", self.objective, OBJECTIVES)
+        _one_of("stop", self.stop, STOP_RULES)
         for name in ("plateau_window", "chunk"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -61,6 +61,12 @@ def _kernel_name(table: dict) -> Callable[[str], str]:
     return convert
 
 
+def _grid_axis(*decls: str, what: str, e_g: str) -> Any:
+    """A comma-separated list of one `SamplerConfig` field's values: an axis of the grid."""
+    default = getattr(SamplerConfig, decls[0].lstrip("-"))
+    return option(str, *decls, panel=SAMPLER, help=f"Comma-separated {what}, e.g. {e_g}. (default: {default})")
+
+
 # compare reads these options its own way: several targets, and lists to make a grid of.
 _LISTS = {
     "target": Annotated[
@@ -72,19 +78,9 @@ _LISTS = {
             show_default=False,
         ),
     ],
-    "sampler": option(
-        str, "--sampler", "-s", panel=SAMPLER,
-        help=f"Comma-separated forward kernels, e.g. {','.join(registry.FORWARD)}. (default: {SamplerConfig.sampler})",
-    ),
-    "backward": option(
-        str, "--backward", "-B", panel=SAMPLER,
-        help=f"Comma-separated backward kernels, e.g. {','.join(registry.BACKWARD)}. "
-        f"(default: {SamplerConfig.backward})",
-    ),
-    "steps": option(
-        str, "--steps", "-K", panel=SAMPLER,
-        help=f"Comma-separated step counts, e.g. 64,256. (default: {SamplerConfig.steps})",
-    ),
+    "sampler": _grid_axis("--sampler", "-s", what="forward kernels", e_g=",".join(registry.FORWARD)),
+    "backward": _grid_axis("--backward", "-B", what="backward kernels", e_g=",".join(registry.BACKWARD)),
+    "steps": _grid_axis("--steps", "-K", what="step counts", e_g="64,256"),
     "load": option(
         str, "--load", panel=TRAINING,
         help="With several targets: comma-separated parameter files saved with `mcd estimate --save`, one per "

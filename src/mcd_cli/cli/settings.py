@@ -195,7 +195,7 @@ def policy_or_method(values: dict, names: set) -> None:
 _TRAINING_FIELDS = frozenset(
     {"time_dim", "blocks", "learn_mass", "init_step_size", "max_step_size", "init_damping", "score_linear",
      "learn_backward_variance", "schedule_start", "stop", "plateau_window", "chunk", "objective", "clip_norm",
-     "max_bad_steps", "max_recoveries", "snapshot_every", "batch_backward"}
+     "max_bad_steps", "max_recoveries", "snapshot_every", "batch_backward", "max_seconds", "min_updates"}
 )
 
 

@@ -46,12 +46,9 @@ def stage_plan(plan: RunPlan, next_: Next, index: int) -> RunPlan:
     pilot's verdict then chose them, and given them the final run is an ordinary, unbiased one)."""
     effort = next_.effort
     sconf, tconf = effort.configs(plan.sconf, plan.tconf, next_.role == "pilot")
-    by_clock = effort.train_iterations is None  # a learning pilot trains for a time, not a count
     return dataclasses.replace(
         plan, sconf=sconf, tconf=tconf, num_samples=next_.num_samples, particles=effort.population, stage=index,
         train_stage=next_.train_stage if effort.trained else None, repeats=1,
-        train_seconds=effort.train_seconds if by_clock else None,
-        train_min_updates=effort.train_min_updates if by_clock else None,
     )
 
 

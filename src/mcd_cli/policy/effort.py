@@ -103,8 +103,11 @@ class Effort:
         method = LEARNED_MCD if self.learned else TRAINED_MCD if self.trained else ADAPTIVE_SMC
         settings, iterations = method.sampler_fields(), method.iterations
         training = {"train_with": method.train_with} if method.train_with is not None else {}
-        if self.learned:
-            iterations = self.train_iterations if self.train_iterations is not None else LEARN_MAX_ITERATIONS
+        if self.learned and self.train_iterations is not None:
+            iterations = self.train_iterations
+        elif self.learned:  # a learning pilot trains for a time, not a count
+            iterations = LEARN_MAX_ITERATIONS
+            training.update(max_seconds=self.train_seconds, min_updates=self.train_min_updates)
         if self.transport:
             settings["init"] = "flow"
         if not self.trained:  # resampling after every temperature: the final weights are one increment's

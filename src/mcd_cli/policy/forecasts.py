@@ -10,7 +10,7 @@ a pilot passes the verdict's thresholds more easily than its larger final run.)
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from mcd_cli.policy.settings import DRIFT_MARGIN, TAIL_PASS
 from mcd_cli.stats.psis import PARETO_K_WARN, tail_length
@@ -162,11 +162,8 @@ def tail_pass_probability(record: Any, populations: int, population: int) -> Opt
         >>> round(tail_pass_probability(rec([0.35, 0.3, 0.45, 0.3]), 4, 4096), 2)
         0.7
     """
-    tail = _pilot_tail(record, population)
-    if tail is None:
-        return None
-    k, sd, count = tail
-    return _below_warn(k, sd * math.sqrt(1.0 + 1.0 / count)) ** max(populations, 1)
+    one = _chance_below_warn(record, population, lambda count: 1.0 + 1.0 / count)
+    return None if one is None else one ** max(populations, 1)
 
 
 def mean_tail_pass_probability(record: Any, populations: int, population: int) -> Optional[float]:
@@ -187,24 +184,17 @@ def mean_tail_pass_probability(record: Any, populations: int, population: int) -
         >>> round(mean_tail_pass_probability(rec([0.5, 0.4, 0.45, 0.45]), 16, 4096), 2)
         0.8
     """
-    tail = _pilot_tail(record, population)
-    if tail is None:
-        return None
-    k, sd, count = tail
-    return _below_warn(k, sd * math.sqrt(1.0 / count + 1.0 / max(populations, 1)))
+    return _chance_below_warn(record, population, lambda count: 1.0 / count + 1.0 / max(populations, 1))
 
 
-def _pilot_tail(record: Any, population: int) -> Optional[tuple[float, float, int]]:
-    """The pilot's populations' mean k̂, the sd of one population's k̂ about the true k,
-    `(1 + k)/√M` with M = `tail_length(population)`, and how many k̂ the mean is of; None without any."""
+def _chance_below_warn(record: Any, population: int, variance: Callable[[int], float]) -> Optional[float]:
+    """The chance that a normal value about the pilot's populations' mean k̂ is at or below 0.5
+    (`PARETO_K_WARN`), its variance `s² · variance(P)` for the pilot's P values of k̂, where
+    `s = (1 + k)/√M` is one population's sd (M = `tail_length(population)`); None without any k̂."""
     k = _mean_k(record)
     if k is None:
         return None
-    return k, (1.0 + k) / math.sqrt(tail_length(population)), len(_tail_ks(record))
-
-
-def _below_warn(k: float, sd: float) -> float:
-    """The chance that a normal value of mean `k` and sd `sd` is at or below 0.5 (`PARETO_K_WARN`)."""
+    sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(variance(len(_tail_ks(record))))
     return 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
 
 

@@ -234,6 +234,9 @@ class RunRecord:
         if self.sampler.adaptive:  # no forward kernels run (the moves' reversal is `ais`); their number is an outcome
             del out["sampler"], out["steps"]
         out.update(dataclasses.asdict(self.training))
+        for name in ("max_seconds", "min_updates"):  # training's clock: only a policy's learning pilot has one
+            if out[name] is None:
+                del out[name]
         out.update(samples=self.num_samples, seed=self.seed, repeats=self.repeats, x64=self.x64)
         if self.loaded_from is not None:
             out["load"] = self.loaded_from

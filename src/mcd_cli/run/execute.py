@@ -52,9 +52,10 @@ def _execute(plan: RunPlan, progress: Progress, made: dict) -> RunRecord:
     begin = made[shared] if shared in made else made.setdefault(shared, start(plan, measure_steps=sizes))
     fit, tconf = fitter(plan, begin.target, begin.step_sizes, layout.particles, begin.betas)
     if plan.stage is not None:  # the key leaves out the update count: a final run names the count its
-        # pilot's time-bounded training reached (`RunPlan.train_seconds`), so that its config reproduces it
+        # pilot's time-bounded training reached (`TrainConfig.max_seconds`), so that its config reproduces it
         trains_as = plan.train_stage if plan.train_stage is not None else plan.stage
-        fit = _shared(fit, made, (trains_as, plan.sconf, dataclasses.replace(tconf, iterations=0)))
+        budget = dataclasses.replace(tconf, iterations=0, max_seconds=None, min_updates=None)
+        fit = _shared(fit, made, (trains_as, plan.sconf, budget))
     estimate = estimator(plan, layout.particles)
     repeats = [one_repeat(plan, begin.target, fit, estimate, r, progress) for r in range(plan.repeats)]
     return run_record(plan, begin, tconf, repeats, layout.count)

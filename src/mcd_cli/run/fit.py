@@ -170,11 +170,11 @@ def fitter(
         with saved_on_interrupt(plan, repeat, total=t.iterations):
             result = fit(
                 state, target, s, t, callback=callback, checkpoint_every=saver.every,
-                on_checkpoint=saver.on_checkpoint, update=update, history=saver.history, seconds=plan.train_seconds,
-                min_updates=plan.train_min_updates,
+                on_checkpoint=saver.on_checkpoint, update=update, history=saver.history, seconds=t.max_seconds,
+                min_updates=t.min_updates,
             )
         if result.stop_reason == "slow":  # a learning pilot that cannot be used: its estimate is not made
-            raise TooSlow(result.state.iteration, result.seconds, plan.train_min_updates, plan.train_seconds)
+            raise TooSlow(result.state.iteration, result.seconds, t.min_updates, t.max_seconds)
         return Fitted(
             result.state.params, result.state, result.elbo_history, result.stop_reason, result.seconds,
             result.skipped, result.recoveries, result.state.iteration - first, saver.failures,

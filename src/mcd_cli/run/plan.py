@@ -74,8 +74,6 @@ class RunPlan:
     particles: Optional[int] = None  # SMC population size (None: one population of num_samples)
     stage: Optional[int] = None  # stage s of a default-policy run (`mcd_cli.policy`): keys from fold_in(root, STAGE_STREAM + s)
     train_stage: Optional[int] = None  # a policy run's final stage trains as this (pilot) stage did (None: `stage`)
-    train_seconds: Optional[float] = None  # training stops after this much wall time (a policy's learning pilot)
-    train_min_updates: Optional[int] = None  # ...or once its rate says it will not make this many by then
     draws: bool = False  # keep the SMC populations' posterior draws (`run.draws`; --posterior)
 
     @property

@@ -23,7 +23,7 @@ def check_state_meta(plan: RunPlan, meta: dict, path: Path, repeat: int) -> None
         meta.get("sampler_config", {}), plan.sconf, ignore=NUMERICS_ONLY + ESTIMATION_FIELDS
     )
     differences += checkpoint.config_differences(
-        meta.get("train_config", {}), plan.tconf, ignore=("iterations", "chunk", "stop")
+        meta.get("train_config", {}), plan.tconf, ignore=("iterations", "chunk", "stop", "max_seconds", "min_updates")
     )
     if meta.get("seed") != plan.seed:
         differences.append(f"seed={meta.get('seed')!r} (this run: {plan.seed!r})")

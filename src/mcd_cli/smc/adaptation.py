@@ -109,15 +109,8 @@ def preconditioner(pop: Population, kernel: RefineKernel, settings: Settings, ad
 
 
 def move_population(
-    pop: Population,
-    key: jax.Array,
-    beta: jax.Array,
-    kernel: RefineKernel,
-    path: AnnealedPath,
-    evaluate: Callable,
-    moving: RefineParams,
-    settings: Settings,
-    sharding: Optional[NamedSharding] = None,
+    pop: Population, key: jax.Array, beta: jax.Array, kernel: RefineKernel, path: AnnealedPath, evaluate: Callable,
+    moving: RefineParams, settings: Settings, sharding: Optional[NamedSharding] = None,
 ) -> tuple[jax.Array, jax.Array]:
     """`settings.refine_steps` moves of every particle at β with the parameters `moving`: the
     moved states and every move's acceptance probability, (moves, N)."""

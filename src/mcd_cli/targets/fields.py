@@ -6,6 +6,7 @@ them here and build the `Target` the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from typing import Any, Callable, Mapping, Optional
@@ -14,6 +15,27 @@ from mcd_cli.targets.base import LogDensity, Target, TargetError
 from mcd_cli.targets.validate import probe
 
 INITIAL_KEYS = ("mean", "scale")
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundModel:
+    """A NumPyro or PyMC model file's density with its data bound, and what the file loader needs to
+    make its `Target` (`pyfile.model_target`).
+
+    Attributes:
+        density: the model's log density on R^d (`numpyro_model.ModelDensity`, `pymc_model.PyMCDensity`).
+        values: the names a file's `log_z(...)` may take, with their bound values.
+        recorded: the data the record names (`describe_value` of each).
+        bound: what those names are, in words, for the message when `log_z` takes another.
+        kind: "NumPyro model" or "PyMC model"; `latents`: what its coordinates are called.
+    """
+
+    density: Any
+    values: Mapping[str, Any]
+    recorded: Mapping[str, Any]
+    bound: str
+    kind: str
+    latents: str
 
 
 def _number_or_list(value: Any) -> bool:

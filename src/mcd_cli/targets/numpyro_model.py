@@ -39,7 +39,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from mcd_cli.targets.base import Target, TargetError
-from mcd_cli.targets.fields import build_from_file
+from mcd_cli.targets.fields import BoundModel
 from mcd_cli.targets.validate import one_line, user_error, where
 
 DEFAULT_MODEL = "model"
@@ -356,57 +356,14 @@ def file_fields(module: ModuleType, values: Mapping, data: Optional[Mapping], di
     return fields
 
 
-def from_module(
-    module: ModuleType,
-    fn: Callable,
-    display: str,
-    *,
-    model_name: Optional[str] = None,
-    data: Optional[Mapping[str, Any]] = None,
-    params: Optional[Mapping[str, Any]] = None,
-) -> Target:
-    """Builds the `Target` of a NumPyro model file (called by the Python-file loader).
-
-    The file may also set `initial`, `name` and `description` (default: the first line of the
-    module docstring), as other `.py` targets do, and the exact log p(data) when it is known, as
-    `log_z`: either a function of the model's data arguments, called with the bound values (so it
-    follows a data file), or a number, which holds for the file's own values only and is dropped
-    when a data file is given.
-
-    Args:
-        module: the imported file.
-        fn: its model function (see `find_model`).
-        display: how to name the file in messages.
-        model_name: the model function's name (default `model`).
-        data: arrays bound to the model's keyword arguments by name, over the module's values.
-        params: must be empty: a model file takes its values as data, not as `key=value` parameters.
-    """
+def bound_model(module: ModuleType, fn: Callable, display: str, model_name: str, data: Optional[Mapping[str, Any]]) -> BoundModel:
+    """A NumPyro model file's density, its model function `fn` (see `find_model`) called with the
+    module's values and `data` bound to its keyword arguments by name (`bind_data`); the file's
+    `log_z` function, if any, takes the same bound values (`pyfile.model_target`)."""
     path = Path(module.__file__).resolve()
-    model_name = model_name or DEFAULT_MODEL
-    what = display
-    if params:
-        raise TargetError(
-            f"{display} is a NumPyro model and takes no parameters (got {', '.join(params)}); "
-            "bind values to its keyword arguments in a data file instead"
-        )
-    kwargs = bind_data(fn, vars(module), data, what)
-    density = model_density(fn, kwargs, what, model_name=model_name, files=[str(path)])
-    fields = file_fields(module, kwargs, data, display, path, "a bound argument of the model")
-    description = fields.get("description")
-    if description is None:
-        doc = (module.__doc__ or "").strip().splitlines()
-        sites = ", ".join(density.latent_shapes)
-        description = doc[0] if doc else f"NumPyro model {model_name}, latents {sites} (d = {density.dim})"
-    return build_from_file(
-        density,
-        density.dim,
-        display,
-        path,
-        fields,
-        description=description,
-        params={"model": model_name, "data": {k: describe_value(v) for k, v in kwargs.items()}},
-        to_user=density.constrained,
-    )
+    kwargs = bind_data(fn, vars(module), data, display)
+    density = model_density(fn, kwargs, display, model_name=model_name, files=[str(path)])
+    return BoundModel(density, kwargs, kwargs, "a bound argument of the model", "NumPyro model", "latents")
 
 
 def is_model_target(target: Union[Target, ModelDensity]) -> bool:

@@ -254,6 +254,42 @@ def _probe_conditional(target: ConditionalTarget, display: str, path: Path) -> N
         ) from None
 
 
+# How a model file binds values instead of taking --param ones, by framework.
+_BIND_INSTEAD = {
+    "PyMC model": "put the values in pm.Data containers and give a data file instead",
+    "NumPyro model": "bind values to its keyword arguments in a data file instead",
+}
+
+
+def model_target(
+    module: ModuleType, framework: ModuleType, model: Any, display: str, model_name: Optional[str],
+    data: Optional[Mapping[str, Any]], params: Optional[Mapping[str, Any]],
+) -> Target:
+    """The `Target` of a PyMC or NumPyro model file: `framework` (`pymc_model` or `numpyro_model`)
+    binds `data` and builds the density (`bound_model`); the file may also set `initial`, `name`,
+    `description` (default: the first line of the module docstring) and the exact log p(data) as
+    `log_z`: a function of the bound values, called with them by name (so it follows a data file),
+    or a number, which holds for the file's own values only and is dropped when a data file is given.
+    A model file takes its values as data: `params` must be empty."""
+    path = Path(module.__file__).resolve()
+    model_name = model_name or framework.DEFAULT_MODEL
+    kind = "PyMC model" if framework is pymc_model else "NumPyro model"
+    if params:
+        raise TargetError(f"{display} is a {kind} and takes no parameters (got {', '.join(params)}); {_BIND_INSTEAD[kind]}")
+    made = framework.bound_model(module, model, display, model_name, data)
+    fields = numpyro_model.file_fields(module, made.values, data, display, path, made.bound)
+    description = fields.get("description")
+    if description is None:
+        doc = (module.__doc__ or "").strip().splitlines()
+        names = ", ".join(made.density.latent_shapes)
+        description = doc[0] if doc else f"{made.kind} {model_name}, {made.latents} {names} (d = {made.density.dim})"
+    recorded = {k: numpyro_model.describe_value(v) for k, v in made.recorded.items()}
+    return build_from_file(
+        made.density, made.density.dim, display, path, fields, description=description,
+        params={"model": model_name, "data": recorded}, to_user=made.density.constrained,
+    )
+
+
 def from_module(
     module: ModuleType,
     params: Optional[Mapping[str, Any]] = None,
@@ -284,15 +320,11 @@ def from_module(
         )
     if not plain:
         pymc = pymc_model.find_model(module, model, display)
-        if pymc is not None:
+        model_fn = None if pymc is not None else numpyro_model.find_model(module, model, display)
+        if pymc is not None or model_fn is not None:
+            framework = pymc_model if pymc is not None else numpyro_model
             with _folder_on_path(path.parent):
-                return pymc_model.from_module(module, pymc, display, model_name=model, data=data, params=params)
-        model_fn = numpyro_model.find_model(module, model, display)
-        if model_fn is not None:
-            with _folder_on_path(path.parent):
-                return numpyro_model.from_module(
-                    module, model_fn, display, model_name=model, data=data, params=params
-                )
+                return model_target(module, framework, pymc or model_fn, display, model, data, params)
     with _folder_on_path(path.parent):
         if hasattr(module, "make_target"):
             fields, bound = _from_make_target(module, params or {}, display, path)

@@ -31,7 +31,6 @@ import functools
 import numbers
 import sys
 import warnings
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Optional
 
@@ -39,9 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli.targets.base import Target, TargetError
-from mcd_cli.targets.fields import build_from_file
-from mcd_cli.targets.numpyro_model import describe_value, file_fields
+from mcd_cli.targets.base import TargetError
+from mcd_cli.targets.fields import BoundModel
 from mcd_cli.targets.validate import one_line
 
 DEFAULT_MODEL = "model"
@@ -302,37 +300,10 @@ def _observed_data(model: Any, containers: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def from_module(
-    module: ModuleType,
-    model: Any,
-    display: str,
-    *,
-    model_name: Optional[str] = None,
-    data: Optional[Mapping[str, Any]] = None,
-    params: Optional[Mapping[str, Any]] = None,
-) -> Target:
-    """Builds the `Target` of a PyMC model file (called by the Python-file loader).
-
-    The file may also set `initial`, `name`, `description` (default: the first line of the module
-    docstring) and the exact log p(data) as `log_z`: a function of the model's `pm.Data` and
-    module-level values, called with them by name (so it follows a data file), or a number, which
-    holds for the file's own data only and is dropped when a data file is given.
-
-    Args:
-        module: the imported file.
-        model: its `pymc.Model` (see `find_model`).
-        display: how to name the file in messages.
-        model_name: the model's name in the file (default `model`).
-        data: arrays that replace the values of the model's `pm.Data` containers, by name.
-        params: must be empty: a model file takes its values as data, not as `key=value` parameters.
-    """
-    path = Path(module.__file__).resolve()
-    model_name = model_name or DEFAULT_MODEL
-    if params:
-        raise TargetError(
-            f"{display} is a PyMC model and takes no parameters (got {', '.join(params)}); "
-            "put the values in pm.Data containers and give a data file instead"
-        )
+def bound_model(module: ModuleType, model: Any, display: str, model_name: str, data: Optional[Mapping[str, Any]]) -> BoundModel:
+    """A PyMC model file's density, its `pymc.Model` (see `find_model`) with `data` replacing the
+    values of its `pm.Data` containers by name (`bind_data`); the file's `log_z` function, if any,
+    takes the containers' values and the module-level values by name (`pyfile.model_target`)."""
     containers = bind_data(model, data, display)
     density = model_density(model, display, model_name=model_name)
     values = {
@@ -340,20 +311,5 @@ def from_module(
         if not k.startswith("_") and isinstance(v, (numbers.Number, np.ndarray, np.generic, list, tuple))
     }
     bound = "a pm.Data container of the model or a module-level value"
-    fields = file_fields(module, {**values, **containers}, data, display, path, bound)
-    description = fields.get("description")
-    if description is None:
-        doc = (module.__doc__ or "").strip().splitlines()
-        names = ", ".join(density.latent_shapes)
-        description = doc[0] if doc else f"PyMC model {model_name}, free variables {names} (d = {density.dim})"
     recorded = {**_observed_data(model, containers), **containers}
-    return build_from_file(
-        density,
-        density.dim,
-        display,
-        path,
-        fields,
-        description=description,
-        params={"model": model_name, "data": {k: describe_value(v) for k, v in recorded.items()}},
-        to_user=density.constrained,
-    )
+    return BoundModel(density, {**values, **containers}, recorded, bound, "PyMC model", "free variables")

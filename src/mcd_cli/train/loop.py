@@ -74,7 +74,7 @@ def batch_loss(
     """
     objective = objectives.as_objective(objective)
     if train_with == "smc":
-        return smc_batch_loss(params, key, target, sconf, batch_size, objective, sharding)
+        return _smc_batch_loss(params, key, target, sconf, batch_size, objective, sharding)
     trainable = registry.estimator(sconf.sampler, sconf.backward).backward.trainable
     log_w = annealing.log_weights(
         key, params, target, sconf, batch_size, detach=objective.detach, sharding=sharding,
@@ -83,15 +83,7 @@ def batch_loss(
     return objective(log_w), log_w
 
 
-def smc_batch_loss(
-    params: Any,
-    key: jax.Array,
-    target: Target,
-    sconf: SamplerConfig,
-    batch_size: int,
-    objective: objectives.Objective,
-    sharding: Optional[NamedSharding] = None,
-) -> tuple[jax.Array, jax.Array]:
+def _smc_batch_loss(params, key, target: Target, sconf: SamplerConfig, batch_size: int, objective, sharding):
     """`batch_loss` with SMC in the loop (`smc.segments.segment_log_weights`): the summed segment
     losses, and each slot's sum of segment log weights."""
     est = registry.estimator(sconf.sampler, sconf.backward)
@@ -191,13 +183,7 @@ def guarded_update(loss: Callable, tconf: TrainConfig) -> Callable:
 
 
 @functools.lru_cache(maxsize=8)
-def make_update(
-    target: Target,
-    sconf: SamplerConfig,
-    tconf: TrainConfig,
-    objective: Optional[objectives.Objective] = None,
-    sharding: Optional[NamedSharding] = None,
-) -> Callable:
+def make_update(target: Target, sconf: SamplerConfig, tconf: TrainConfig, objective=None, sharding=None) -> Callable:
     """One jitted update `(params, opt_state, key, lr_scale) -> (params, opt_state, elbo, ok)`.
 
     `objective` defaults to the one `tconf.objective` names; `elbo` is the batch's mean log weight.
