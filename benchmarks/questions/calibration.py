@@ -15,6 +15,9 @@ Results are written after every run (resumable: finished cells are skipped).
         --output benchmarks/results/calibration_cpu.json
     python benchmarks/calibration.py --table benchmarks/results/calibration_cpu.json
     python benchmarks/calibration.py --merge OTHER.json ... --output benchmarks/results/calibration_cpu.json
+
+`--corpus` adds the corpus of PyMC and NumPyro textbook models with exact evidence
+(calibration_targets/corpus/) after the targets; `--corpus only` runs the corpus alone.
 """
 
 from __future__ import annotations
@@ -53,6 +56,25 @@ TARGETS = (
     "many_well",
     "logreg_breast_cancer",
     "nice_mnist",
+)
+# The corpus of textbook models with exact evidence, written in PyMC and NumPyro as their users
+# write them (calibration_targets/corpus/README.md; each log Z checked two ways by
+# tests/test_corpus.py). Run with `--corpus` (after TARGETS) or `--corpus only`; they need the
+# `pymc` and `numpyro` extras. Cheap ones first.
+CORPUS_DIR = EXTRA / "corpus"
+CORPUS = (
+    str(CORPUS_DIR / "exponential_gamma.py"),
+    str(CORPUS_DIR / "poisson_gamma.py"),
+    str(CORPUS_DIR / "poisson_exposure.py"),
+    str(CORPUS_DIR / "normal_precision.py"),
+    str(CORPUS_DIR / "normal_nig.py"),
+    str(CORPUS_DIR / "normal_nig_pymc.py"),
+    str(CORPUS_DIR / "beta_binomial_groups.py"),
+    str(CORPUS_DIR / "multinomial_dirichlet.py"),
+    str(CORPUS_DIR / "dirichlet_categorical.py"),
+    str(CORPUS_DIR / "linreg_nig.py"),
+    str(CORPUS_DIR / "hierarchical_normal.py"),
+    str(CORPUS_DIR / "eight_schools_noncentred.py"),
 )
 
 
@@ -281,7 +303,7 @@ def fill_z(study: Path, output: Path, shard: str) -> None:
     todo = sorted(k for k, c in cells.items() if c.get("status") == "ok" and c.get("stationarity_z") is None)
     index, count = (int(v) for v in shard.split("/"))
     out = ResultFile(output, "calibration_fill_z", {"study": study.name})
-    by_name = {Path(t).stem: t for t in TARGETS}
+    by_name = {Path(t).stem: t for t in (*TARGETS, *CORPUS)}
     for key in todo[index::count]:
         if key in out:
             continue
@@ -299,6 +321,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed … first-seed + seeds − 1")
     parser.add_argument("--targets", nargs="*", default=list(TARGETS))
+    parser.add_argument("--corpus", nargs="?", const="also", choices=("also", "only"),
+                        help="also run the corpus of PyMC/NumPyro textbook models (CORPUS) after --targets; "
+                             "`--corpus only`: the corpus instead of --targets")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further mcd estimate options")
     parser.add_argument("--output", type=Path, default=RESULTS / "calibration_cpu.json")
     parser.add_argument("--table", type=Path, help="only print the table of an existing result file")
@@ -324,6 +349,8 @@ def main(argv=None) -> None:
     if args.fill_z:
         fill_z(args.fill_z, args.output, args.shard)
         return
+    if args.corpus:
+        args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra)})
     for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target
         for target in args.targets:
