@@ -47,7 +47,8 @@ CASES: dict[str, list[str]] = {
 
 # Fields that depend on the machine, the time or the path, not on the computation.
 VOLATILE = {
-    "seconds", "train_seconds", "estimate_seconds", "start_seconds", "device", "devices", "processes",
+    "seconds", "train_seconds", "estimate_seconds", "start_seconds", "compile_seconds", "start_compile_seconds",
+    "import_seconds", "device", "devices", "processes",
     "version", "target_path", "target_sha256", "target_spec", "target_info", "path", "sha256", "spec",
 }
 

@@ -399,7 +399,7 @@ def test_per_datum_run_checkpoints_and_resumes_to_the_uninterrupted_records(tmp_
     rest: list[dict] = []
     summary = perdatum.execute(resumed, lambda r: rest.append(r.as_dict())).as_dict()
     assert [r["datum"] for r in first] == [0, 1] and [r["datum"] for r in rest] == [2, 3]
-    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "compile_seconds")}  # noqa: E731
     assert [strip(r) for r in first + rest] == [strip(r) for r in whole_rows]
     assert _volatile_free(summary) == _volatile_free(whole)
 
@@ -423,7 +423,7 @@ def test_cli_resumes_a_checkpointed_per_datum_run_without_estimating_the_finishe
     code, out, err = mcd([*args, "--resume"])
     assert code == 0, err
     resumed = records(out)
-    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "compile_seconds")}  # noqa: E731
     assert [strip(d) for d in resumed[:-1]] == [strip(first[2])]
     assert _volatile_free(resumed[-1]) == _volatile_free(first[-1])
 
@@ -458,7 +458,7 @@ def test_a_data_log_line_that_cannot_be_written_is_a_warning_and_resume_estimate
     code, out, err = mcd([*args, "--resume"])
     assert code == 0, err
     resumed = records(out)
-    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "compile_seconds")}  # noqa: E731
     assert [strip(d) for d in resumed[:-1]] == [strip(first[1])]
     drop = {"checkpoint_failures"}
     assert {k: v for k, v in _volatile_free(resumed[-1]).items() if k not in drop} == {
@@ -533,7 +533,7 @@ def test_cli_per_datum_default_is_the_policy(mcd, target_file):
     assert "pilot" in row and "data 0:4: " in row and f"final {final['num_samples']} (data 0:5: " in row
     code, again, err = mcd(args)
     assert code == 0, err
-    strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "estimate_seconds", "policy")}  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "compile_seconds", "estimate_seconds", "policy")}  # noqa: E731
     assert [strip(r) for r in records(again)] == [strip(r) for r in lines]
 
 

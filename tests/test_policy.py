@@ -794,6 +794,11 @@ def test_estimate_without_method_options_runs_the_policy_and_a_seed_reproduces_i
     assert rec["policy"]["reported_stage"] == stages[-1]["stage"] and rec["log_z"] == stages[-1]["log_z"]
     assert rec["status"] == stages[-1]["status"] and rec["schedule"] == "adaptive"
     assert abs(rec["error"]) < 4 * rec["log_z_stderr"]
+    # Where the time went: each stage's compile seconds are part of its seconds, the run's their sum.
+    assert all(0.0 <= s["compile_seconds"] <= s["seconds"] for s in stages)
+    assert rec["policy"]["compile_seconds"] == pytest.approx(sum(s["compile_seconds"] for s in stages), abs=2e-3)
+    assert rec["compile_seconds"] == pytest.approx(stages[-1]["compile_seconds"], abs=0.05)
+    assert 0.0 <= rec["start_compile_seconds"] <= rec["start_seconds"] and rec["import_seconds"] is not None
     code, out, err = mcd(args)
     again = records(out)[0]
     assert [s["log_z"] for s in again["policy"]["stages"]] == [s["log_z"] for s in stages]
@@ -860,7 +865,7 @@ def test_compare_runs_the_policy_per_model_and_estimate_reproduces_a_model(mcd, 
     code, out, err = mcd(["estimate", str(other), "--model-index", "1", *args])
     assert code == 0, err
     alone = records(out)[0]
-    timeless = lambda rec: [{k: v for k, v in st.items() if k != "seconds"} for st in rec["policy"]["stages"]]  # noqa: E731
+    timeless = lambda rec: [{k: v for k, v in st.items() if k not in ("seconds", "compile_seconds")} for st in rec["policy"]["stages"]]  # noqa: E731
     assert alone["log_z"] == models[1]["log_z"] and timeless(alone) == timeless(models[1])
     # A grid of estimators runs exactly its settings: the policy's options are refused there.
     code, out, err = mcd(["compare", str(gauss_yaml), "--max-se", "0.05"])

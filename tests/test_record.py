@@ -11,7 +11,7 @@ from mcd_cli.record.messages import texts
 from mcd_cli.record import SCHEMA_VERSION, datum_record
 from mcd_cli.stats import summarize
 
-_TIMINGS = ("train_seconds", "estimate_seconds", "start_seconds")
+_TIMINGS = ("train_seconds", "estimate_seconds", "start_seconds", "compile_seconds", "start_compile_seconds", "import_seconds")
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from conftest import GAUSS_YAML, NO_TRAIN, TINY, invoke, one_line_error, records
 from mcd_cli.io import checkpoint
 
-TIMING_KEYS = ("train_seconds", "estimate_seconds", "start_seconds")
+TIMING_KEYS = ("train_seconds", "estimate_seconds", "start_seconds", "compile_seconds", "start_compile_seconds", "import_seconds")
 
 
 def numbers(rec: dict) -> dict:

@@ -13,6 +13,7 @@ Example:
     256
 """
 
+from mcd_cli.runtime import compile_clock  # noqa: F401 (first: the import's clock starts here)
 from mcd_cli._version import __version__
 
 from mcd_cli.config import PRESETS, SamplerConfig, TrainConfig

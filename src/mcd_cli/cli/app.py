@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from mcd_cli.runtime import compile_cache
+from mcd_cli.runtime import compile_cache, compile_clock
 from mcd_cli._version import __version__
 from mcd_cli.errors import Interrupted, McdError, deferred, os_advice, os_reason
 
@@ -119,6 +119,8 @@ class McdGroup(typer.core.TyperGroup):
         debug = "--debug" in args or bool(os.environ.get("MCD_DEBUG"))
         deferred()  # (left over from an earlier call in this process)
         compile_cache.enable()  # before anything compiles (JAX sets its cache up once per process)
+        compile_clock.install()
+        compile_clock.mark_ready()
         try:
             rv = super().main(args, prog_name or "mcd", complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0

@@ -19,6 +19,7 @@ import math
 import time
 from typing import Any, Callable, Optional
 
+from mcd_cli.runtime import compile_clock
 from mcd_cli import run
 from mcd_cli.errors import Interrupted, RunFailed, TooSlow
 from mcd_cli.policy.decide import Decision, Next, State, begin, decide
@@ -66,7 +67,7 @@ def drive(
     try:
         while decision.next is not None:
             state, step = decision.state, decision.next
-            t0 = clock()
+            t0, compiled_since = clock(), compile_clock.now()
             try:
                 record = run_stage(step, state)
             except (TooSlow, RunFailed) as err:
@@ -74,7 +75,9 @@ def drive(
                     raise
                 decision = decide_next(state, _left(state.policy, clock() - began), err)
                 continue
-            stage = Stage(len(state.stages), step.role, step.effort, step.num_samples, record, clock() - t0)
+            compiling = compile_clock.compile_seconds(compiled_since)
+            stage = Stage(len(state.stages), step.role, step.effort, step.num_samples, record, clock() - t0,
+                          compile_seconds=compiling)
             state = dataclasses.replace(state, stages=(*state.stages, stage))
             decision = decide_next(state, _left(state.policy, clock() - began))
         return decision.state, decision.stopped
@@ -102,8 +105,15 @@ def account(state: State, stopped: str, seconds: float) -> dict:
         "stopped": stopped,
         "reported_stage": state.stages[-1].index,
         "seconds": round(seconds, 3),
+        "compile_seconds": _total(s.compile_seconds for s in state.stages),
         "stages": [s.as_dict() for s in state.stages],
     }
+
+
+def _total(values) -> Optional[float]:
+    """The sum of the stages' compile seconds (they do not overlap); None where one was not measured."""
+    values = list(values)
+    return None if any(v is None for v in values) else round(sum(values), 3)
 
 
 def execute(

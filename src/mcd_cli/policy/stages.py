@@ -33,13 +33,14 @@ class Stage:
     record: Any
     seconds: float
     decision: str = ""  # what the policy concluded from it
+    compile_seconds: Optional[float] = None  # of `seconds`, compiling (`runtime.compile_clock`)
 
     def as_dict(self) -> dict:
         rec = self.record
         if hasattr(rec, "account_fields"):
             head = {"stage": self.index, "role": self.role, "method": self.effort.describe(),
                     "effort": dataclasses.asdict(self.effort), "num_samples": self.num_samples}
-            return {**head, **rec.account_fields(), "seconds": round(self.seconds, 3), "decision": self.decision}
+            return {**head, **rec.account_fields(), **self._times(), "decision": self.decision}
         return {
             "stage": self.index,
             "role": self.role,
@@ -50,9 +51,14 @@ class Stage:
             "log_z_stderr": rec.log_z_stderr,
             "status": rec.status,
             "reason_codes": sorted(codes(rec)),
-            "seconds": round(self.seconds, 3),
+            **self._times(),
             "decision": self.decision,
         }
+
+    def _times(self) -> dict:
+        """The stage's wall time, and of it the seconds spent compiling (None where not measured)."""
+        compiling = None if self.compile_seconds is None else round(self.compile_seconds, 3)
+        return {"seconds": round(self.seconds, 3), "compile_seconds": compiling}
 
 
 def codes(record: Any) -> set:

@@ -100,6 +100,10 @@ class TargetInfo:
         )
 
 
+def _seconds(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(float(value), 3)
+
+
 def _summary(sizes: Optional[tuple]) -> Optional[dict]:
     """The initial step sizes in brief: first, median, last, smallest and largest."""
     if not sizes:
@@ -158,6 +162,9 @@ class RunRecord:
     stage: Optional[int] = None  # stage s of a policy run (its keys: `run.plan.estimation_root`)
     train_stage: Optional[int] = None  # the stage whose training keys a policy's final run used
     checkpoint_failures: int = 0  # training checkpoints that could not be written (the run went on)
+    compile_seconds: Optional[float] = None  # of the run's wall time, compiling (`runtime.compile_clock`)
+    start_compile_seconds: Optional[float] = None  # of `start_seconds`, compiling
+    import_seconds: Optional[float] = None  # the command's import of mcd_cli and JAX (None: a library call)
     # the final SMC populations' posterior draws, `{name: (chains, draws, ...)}` (`run.draws`), when
     # the plan kept them (--posterior); not part of the JSON record
     draws: Optional[dict] = dataclasses.field(default=None, compare=False, repr=False)
@@ -328,6 +335,7 @@ class RunRecord:
             "stop": t.stop,
             "stop_reasons": list(self.stop_reasons),
             "start_seconds": round(float(self.start_seconds), 3),
+            "start_compile_seconds": _seconds(self.start_compile_seconds),
             "skipped_steps": int(self.skipped_steps),
             "recoveries": int(self.recoveries),
             "checkpoint_failures": int(self.checkpoint_failures),
@@ -335,6 +343,8 @@ class RunRecord:
             "model_index": self.model_index,
             "train_seconds": round(float(self.train_seconds), 3),
             "estimate_seconds": round(float(self.estimate_seconds), 3),
+            "compile_seconds": _seconds(self.compile_seconds),
+            "import_seconds": _seconds(self.import_seconds),
             "device": self.device,
             "devices": int(self.devices),
             "processes": int(self.processes),

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import jax
 
 from mcd_cli.io import checkpoint
-from mcd_cli.runtime import devices
+from mcd_cli.runtime import compile_clock, devices
 from mcd_cli._version import __version__
 from mcd_cli.config import TrainConfig
 from mcd_cli.errors import FileFailed, RunFailed, defer, os_advice
@@ -44,6 +44,8 @@ def execute(plan: RunPlan, progress: Optional[Progress] = None, made: Optional[d
 
 def _execute(plan: RunPlan, progress: Progress, made: dict) -> RunRecord:
     """`execute` of one plan, sharing what `made` holds."""
+    compile_clock.install()
+    began = compile_clock.now()
     layout = devices.particle_layout(plan.devices)
     plan = sharded_plan(plan)
     sizes = plan.load is None and trained_config(plan).iterations > 0  # initial step sizes to measure
@@ -58,7 +60,10 @@ def _execute(plan: RunPlan, progress: Progress, made: dict) -> RunRecord:
         fit = _shared(fit, made, (trains_as, plan.sconf, budget))
     estimate = estimator(plan, layout.particles)
     repeats = [one_repeat(plan, begin.target, fit, estimate, r, progress) for r in range(plan.repeats)]
-    return run_record(plan, begin, tconf, repeats, layout.count)
+    record = run_record(plan, begin, tconf, repeats, layout.count)
+    return dataclasses.replace(
+        record, compile_seconds=compile_clock.compile_seconds(began), import_seconds=compile_clock.import_seconds(),
+    )
 
 
 def _shared(fit: Fit, made: dict, key: tuple) -> Fit:
@@ -145,6 +150,7 @@ def run_record(
         init_warnings=begin.warnings,
         init_method=begin.method,
         start_seconds=begin.seconds,
+        start_compile_seconds=begin.compile_seconds,
         initial_step_sizes=None if begin.step_sizes is None else tuple(float(v) for v in begin.step_sizes),
         initial_step_scale=begin.step_scale,
         stop_reasons=tuple(f.stop_reason for f in trained),

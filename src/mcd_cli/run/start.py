@@ -9,6 +9,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
+from mcd_cli.runtime import compile_clock
 from mcd_cli.path import annealing
 from mcd_cli.config import SamplerConfig
 from mcd_cli.errors import RunFailed
@@ -43,6 +44,7 @@ class Start:
     seconds: float = 0.0
     step_scale: Optional[float] = None  # the factor `ais_step_scale` applied to the curvature run's sizes
     betas: Optional[Any] = None  # β_0 … β_K where a tempered schedule starts (None: linear)
+    compile_seconds: Optional[float] = None  # of `seconds`, those spent compiling (`runtime.compile_clock`)
 
 
 def initial_target(
@@ -160,7 +162,7 @@ def start(plan: RunPlan, *, measure_steps: bool = True) -> Start:
     `--load`), where one population of adaptive tempered SMC put its temperatures (`tempered_betas`,
     its own key), which the learned schedule then starts from.
     """
-    t0 = time.perf_counter()
+    t0, began = time.perf_counter(), compile_clock.now()
     target, method, warnings = initial_target(plan.target, plan.sconf, plan.seed, plan.model_index)
     step_sizes = scale = tempered = None
     root = root_key(plan.seed, plan.model_index)
@@ -174,6 +176,7 @@ def start(plan: RunPlan, *, measure_steps: bool = True) -> Start:
         scale = ais_step_scale(target, step_sizes, plan.sconf, jax.random.fold_in(root, SCALE_STREAM))
         if scale != 1.0:
             step_sizes = step_sizes * scale
-    return Start(target, method, warnings, step_sizes, time.perf_counter() - t0, scale, tempered)
+    seconds = time.perf_counter() - t0
+    return Start(target, method, warnings, step_sizes, seconds, scale, tempered, compile_clock.compile_seconds(began))
 
 
