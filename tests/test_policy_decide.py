@@ -68,3 +68,28 @@ def test_the_decision_is_a_function_of_its_inputs():
     first = pol.begin(_plan(), pol.Policy(time_limit=100.0))
     state = _ran(first, _record("warn", 0.05, "pareto_k_warn"))
     assert pol.decide(state, 50.0) == pol.decide(state, 50.0)
+
+
+def test_with_answer_from_pilot_an_ok_pilot_within_max_se_is_the_answer(monkeypatch):
+    """`settings.ANSWER_FROM_PILOT`: no fresh final run after an `ok` pilot within --max-se; one
+    above it, or not `ok`, decides as before."""
+    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
+    first = pol.begin(_plan(), pol.Policy(max_se=0.1))
+    decision = pol.decide(_ran(first, _record("ok", 0.05)), math.inf)
+    assert decision.next is None and decision.stopped == "plan" and decision.state.chosen == 0
+    assert decision.state.stages[0].decision == "pilot ok, SE 0.05 within --max-se 0.1: reported"
+    above = pol.decide(_ran(first, _record("ok", 0.2)), math.inf)
+    assert above.next.role == "final" and above.next.num_samples > first.next.num_samples
+    warn = pol.decide(_ran(first, _record("warn", 0.05, "moves_barely_move")), math.inf)
+    assert warn.next.role == "pilot"
+
+
+def test_a_pilot_that_may_be_the_answer_is_tuned_as_a_final_run(monkeypatch):
+    """A pilot's populations tune their moves from their own particles (biased, cheaper), unless the
+    pilot may be the answer; a final run always tunes on a population of its own."""
+    from mcd_cli.policy.driver import stage_plan
+
+    first = pol.begin(_plan(), pol.Policy())
+    assert stage_plan(_plan(), first.next, 0).sconf.refine_tuning == "particles"
+    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
+    assert stage_plan(_plan(), first.next, 0).sconf.refine_tuning == "pilot"

@@ -324,6 +324,9 @@ def main(argv=None) -> None:
     parser.add_argument("--corpus", nargs="?", const="also", choices=("also", "only"),
                         help="also run the corpus of PyMC/NumPyro textbook models (CORPUS) after --targets; "
                              "`--corpus only`: the corpus instead of --targets")
+    parser.add_argument("--answer-from-pilot", action="store_true",
+                        help="the policy variant in which an ok pilot within --max-se is the answer "
+                             "(mcd_cli.policy.settings.ANSWER_FROM_PILOT; the runs are in this process)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further mcd estimate options")
     parser.add_argument("--output", type=Path, default=RESULTS / "calibration_cpu.json")
     parser.add_argument("--table", type=Path, help="only print the table of an existing result file")
@@ -349,9 +352,14 @@ def main(argv=None) -> None:
     if args.fill_z:
         fill_z(args.fill_z, args.output, args.shard)
         return
+    if args.answer_from_pilot:
+        from mcd_cli.policy import settings
+
+        settings.ANSWER_FROM_PILOT = True
     if args.corpus:
         args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
-    out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra)})
+    variant = " --answer-from-pilot" if args.answer_from_pilot else ""
+    out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra) + variant})
     for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target
         for target in args.targets:
             key = f"{Path(target).stem}@{seed}"

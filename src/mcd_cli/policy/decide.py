@@ -25,6 +25,7 @@ from typing import Any, Literal, Optional
 from mcd_cli.errors import TooSlow
 from mcd_cli.policy.effort import Effort, escalate, first_effort
 from mcd_cli.policy.forecasts import doubling_too_short, mixing_stalled, predicts_ok, tails_stalled
+from mcd_cli.policy import settings
 from mcd_cli.policy.settings import LEARN_MIN_SECONDS, LEARN_MIN_UPDATES, LEARN_SHARE, PILOT_POPULATIONS, Policy
 from mcd_cli.policy.stages import Stage, capped, codes, final_samples, final_se, fits, predicted
 
@@ -119,6 +120,10 @@ def _after_pilot(state: State, left: float) -> Decision:
     stalled = paired and mixing_stalled(stages[-2], pilot_stage)
     thin = paired and tails_stalled(stages[-2], pilot_stage)
     reasons, usable, status, heavy, doubted = codes(pilot), pilot.status == "ok", pilot.status, False, False
+    if usable and settings.ANSWER_FROM_PILOT and pilot.log_z_stderr is not None and pilot.log_z_stderr <= policy.max_se:
+        # Tuned as a final run is, an `ok` pilot within --max-se answers the question.
+        state = dataclasses.replace(state, chosen=pilot_stage.index)
+        return Decision(state.noted(f"pilot ok, SE {pilot.log_z_stderr:.3g} within --max-se {policy.max_se:g}: reported"))
     if usable:  # an `ok` pilot must predict an `ok` final run, of the size it will have
         n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se, size_cap)
         more, doubt = predicts_ok(pilot, n_pilot, _fitted(state, effort, n, n_pilot, left), effort.population)

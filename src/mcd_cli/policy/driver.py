@@ -23,6 +23,7 @@ from mcd_cli.runtime import compile_clock
 from mcd_cli import run
 from mcd_cli.errors import Interrupted, RunFailed, TooSlow
 from mcd_cli.policy.decide import Decision, Next, State, begin, decide
+from mcd_cli.policy import settings
 from mcd_cli.policy.settings import Policy
 from mcd_cli.policy.stages import Stage
 from mcd_cli.run.plan import Progress, RunPlan
@@ -46,7 +47,9 @@ def stage_plan(plan: RunPlan, next_: Next, index: int) -> RunPlan:
     a final run with trained kernels trains as its pilot `train_stage` did (the same kernels: the
     pilot's verdict then chose them, and given them the final run is an ordinary, unbiased one)."""
     effort = next_.effort
-    sconf, tconf = effort.configs(plan.sconf, plan.tconf, next_.role == "pilot")
+    # A pilot tunes its moves from its own particles, unless it may be the answer (tuned as a final run).
+    particle_tuned = next_.role == "pilot" and not settings.ANSWER_FROM_PILOT
+    sconf, tconf = effort.configs(plan.sconf, plan.tconf, particle_tuned)
     return dataclasses.replace(
         plan, sconf=sconf, tconf=tconf, num_samples=next_.num_samples, particles=effort.population, stage=index,
         train_stage=next_.train_stage if effort.trained else None, repeats=1,

@@ -18,6 +18,11 @@ MAX_PILOTS = 4  # pilots before the final run: the cap on stages without --time-
 # A pilot runs this many populations of the final run's size: the fewest for which the verdict can
 # be `ok` (stats.MIN_POPULATIONS); the final run reuses the pilot's compiled population.
 PILOT_POPULATIONS = 4
+# Whether an `ok` pilot whose SE is within --max-se is the answer (no fresh final run); its
+# populations are then tuned as a final run's are (`refine_tuning="pilot"`), since particle-tuned
+# pilots are biased low (docs/benchmarks.md, "Could the accepted pilot be the answer?"). Off until
+# measured on the calibration (`benchmarks/questions/calibration.py --answer-from-pilot`).
+ANSWER_FROM_PILOT = False
 MAX_FINAL_FACTOR = 8  # the final run grows to reach max_se by at most this factor over --samples
 
 # The ladder of adaptive SMC's efforts (docs/policy.md, "The ladder").
