@@ -35,7 +35,7 @@ GOLDEN = Path(__file__).parent / "golden" / "records.jsonl"
 CASES = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
 NEW_FIELDS = {
     "reason_codes", "policy", "checkpoint_failures", "pareto_k_populations", "train_with", "refine_tuning", "schedule_start",
-    "stuck_particles", "pareto_k_pooled", "method", "moves", "temperatures", "max_seconds", "min_updates",
+    "stuck_particles", "pareto_k_pooled", "method", "moves", "temperatures", "max_seconds", "min_updates", "tail_shortfall_populations",
 }
 
 

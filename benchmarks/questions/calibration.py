@@ -115,9 +115,11 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
     smc = rec.get("smc") or {}
     # What the SMC verdict judged, kept for analysis (e.g. how far below the stationarity test's
     # threshold a run that missed was): the pooled stationarity z, each run's resamplings, and the
-    # populations' k̂ beside the pooled one (what a pooled tail rule would have said: `tail_rule`).
+    # populations' k̂ beside the pooled one (what a pooled tail rule would have said: `tail_rule`),
+    # and the share of Ẑ each population's tail typically misses (the tail rule's variant,
+    # `stats.smc.TAIL_SHORTFALL_SE`, judged on the same runs).
     for k in ("stationarity_z", "stationarity_drift", "resamplings", "final_ess", "pareto_k_populations",
-              "pareto_k_pooled"):
+              "pareto_k_pooled", "tail_shortfall_populations"):
         if k in smc:
             cell[k] = smc[k]
     return cell

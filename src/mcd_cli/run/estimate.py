@@ -14,6 +14,7 @@ from mcd_cli.errors import RunFailed
 from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws
 from mcd_cli.run.plan import RunPlan, sharded_population, sharded_sizes
 from mcd_cli.run.smc_kernels import compiled as compiled_smc, stationarity_moves
+from mcd_cli.record import finite
 from mcd_cli.stats import (
     Estimate, WeightSummary, merge_runs, mixing_verdict, pooled_pareto_k, population_verdict, smc_estimate,
     stationarity_verdict, summarize, summarize_weights, tail_verdict, with_rounding,
@@ -216,6 +217,7 @@ def population_diagnostics(
         "log_z_populations": [float(e.log_z) for e in estimates],
         "genealogy_stderr": [float(e.delta_stderr) for e in estimates],
         "pareto_k_populations": [float(e.pareto_k) for e in estimates],
+        "tail_shortfall_populations": [finite(e.tail_shortfall) for e in estimates],
         "pareto_k_pooled": pooled_pareto_k([o.log_w for o in outputs]),
         "beta": [float(v) for v in first.trace.beta[:k]],
         "ess": [float(v) for v in first.trace.ess[:k]],

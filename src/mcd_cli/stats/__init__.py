@@ -33,7 +33,9 @@ from mcd_cli.stats.importance import (
     verdict,
     worst,
 )
-from mcd_cli.stats.psis import PARETO_K_BAD, PARETO_K_WARN, PARETO_MIN_TAIL, pareto_k, pareto_k_limit, tail_length
+from mcd_cli.stats.psis import (
+    PARETO_K_BAD, PARETO_K_WARN, PARETO_MIN_TAIL, pareto_k, pareto_k_limit, pareto_tail, tail_length, tail_shortfall,
+)
 from mcd_cli.stats.reasons import CODES, Reason, scoped
 from mcd_cli.stats.repeats import (
     STDERR_DISAGREE_Z,
@@ -71,7 +73,7 @@ __all__ = [
     "NONFINITE_MAX_FRAC", "PARETO_K_BAD", "PARETO_K_WARN", "PARETO_MIN_TAIL", "Reason", "STATIONARITY_WARN", "STUCK_WARN",
     "STDERR_DISAGREE_Z", "STDERR_WILD_Z", "Status", "TAIL_OUTLIER_LEVEL", "WeightSummary", "combine", "combine_estimates",
     "delta_stderr_uncertainty", "ess_floor", "genealogy_relative_variance", "merge_runs", "mixing_verdict",
-    "pareto_k", "pareto_k_limit", "pooled_pareto_k", "population_spread", "population_verdict", "scoped", "smc_estimate",
+    "pareto_k", "pareto_k_limit", "pareto_tail", "tail_shortfall", "pooled_pareto_k", "population_spread", "population_verdict", "scoped", "smc_estimate",
     "stationarity_verdict", "stderr_disagreement", "summarize", "summarize_data", "summarize_weights",
     "tail_length", "tail_values", "tail_verdict", "verdict", "with_rounding", "worst",
 ]

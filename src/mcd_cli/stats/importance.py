@@ -49,7 +49,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mcd_cli.errors import RunFailed
-from mcd_cli.stats.psis import PARETO_K_WARN, PARETO_MIN_TAIL, pareto_k, pareto_k_limit, tail_length
+from mcd_cli.stats.psis import PARETO_K_WARN, PARETO_MIN_TAIL, pareto_k_limit, pareto_tail, tail_length
 from mcd_cli.stats.reasons import Reason
 
 # ESS floor, absolute: below 10 effective draws the mass sits on a handful of particles, the
@@ -125,6 +125,8 @@ class Estimate:
         weights_status: an SMC run's verdict of its final weights alone (before the genealogy is
             judged), which `merge_runs` needs when the populations' spread replaces a collapsed
             genealogy; None for importance sampling.
+        tail_shortfall: the share of Ẑ the weights' tail typically misses at this N
+            (`psis.tail_shortfall`); for merged populations the mean of theirs. None: not measured.
     """
 
     log_z: float
@@ -141,6 +143,7 @@ class Estimate:
     status: Status = Status.OK
     reasons: tuple[Reason, ...] = ()
     weights_status: Optional[Status] = None
+    tail_shortfall: Optional[float] = None
 
     @property
     def trustworthy(self) -> bool:
@@ -292,7 +295,7 @@ def summarize(log_w: np.ndarray, seconds: float = 0.0, tail: bool = True) -> Est
     s1, s2 = float(np.sum(w)), float(np.sum(w * w))
     ess = s1 * s1 / s2
     delta = math.sqrt(max(s2 / (s1 * s1) - 1.0 / n, 0.0))
-    k = pareto_k(lw)
+    k, shortfall = pareto_tail(lw)
     status, reasons = verdict(lw, ess, k, num_nonfinite, tail)
     valid = status is not Status.UNRELIABLE
     return Estimate(
@@ -309,6 +312,7 @@ def summarize(log_w: np.ndarray, seconds: float = 0.0, tail: bool = True) -> Est
         seconds=seconds,
         status=status,
         reasons=reasons,
+        tail_shortfall=shortfall,
     )
 
 
