@@ -128,3 +128,64 @@ def test_a_target_equal_to_the_initial_distribution_is_ok_end_to_end(mcd, tmp_pa
     rec = records(out)[0]
     assert rec["status"] == "ok", rec["reasons"]
     assert abs(rec["log_z"]) < 1e-4 and rec["log_z_stderr"] < 1e-4
+
+
+def test_the_tail_shortfall_is_a_share_of_z():
+    """`tail_shortfall` is a share of Ẑ: the same for weights times any constant (log weights
+    plus one), to float precision; 0 without a tail, infinite for k̂ ≥ 1; and one tail fit gives
+    both it and `pareto_k`."""
+    import numpy as np
+
+    from mcd_cli.stats import pareto_k, pareto_tail, tail_shortfall
+
+    rng = np.random.default_rng(0)
+    lw = np.log1p(rng.pareto(1.0 / 0.6, size=4096))
+    k, shortfall = pareto_tail(lw)
+    assert k == pareto_k(lw) and shortfall == tail_shortfall(lw)
+    for shift in (-300.0, 17.5, 300.0):
+        assert abs(tail_shortfall(lw + shift) / shortfall - 1.0) < 1e-9
+    assert tail_shortfall(np.zeros(512)) == 0.0
+    assert tail_shortfall(np.log1p(rng.pareto(1.0 / 1.5, size=4096))) == np.inf
+
+
+def test_the_tail_shortfall_is_what_a_sample_misses():
+    """On weights `1 + Lomax` of known tail index k and mean, over 200 samples of N: the median
+    log Ẑ is below log Z by less than the median shortfall δ (δ counts the whole excess beyond the
+    1 − 1/N quantile, a bound, not the median), and by more than a sixth of it; and δ falls with N
+    as N^(k − 1), the rate of a mean of infinite variance (×16 in N: 16^(k−1) = 0.33 for k = 0.6,
+    within 0.25-0.45)."""
+    import numpy as np
+
+    from mcd_cli.stats import tail_shortfall
+
+    rng = np.random.default_rng(1)
+    k = 0.6
+    log_mean = np.log(1.0 + 1.0 / (1.0 / k - 1.0))
+    medians = {}
+    for n in (1024, 16384):
+        w = 1.0 + rng.pareto(1.0 / k, size=(200, n))
+        missed = np.median(log_mean - np.log(w.mean(axis=1)))
+        medians[n] = float(np.median([tail_shortfall(np.log(row)) for row in w]))
+        assert medians[n] / 6 < missed < medians[n], (n, missed, medians[n])
+    assert 0.25 < medians[16384] / medians[1024] < 0.45
+
+
+def test_the_shortfall_variant_of_the_tail_rule(monkeypatch):
+    """Off (the default) a mean k̂ in (0.5, limit] warns whatever the shortfall; on, it warns only
+    where the shortfall is more than `TAIL_SHORTFALL_SE` standard errors."""
+    import dataclasses
+
+    from mcd_cli.stats import Estimate, smc
+
+    e = Estimate(0.0, 0.01, "smc-genealogy", 0.01, 0.001, 0.0, 16000.0, 16384, 0.55)
+    ks = [0.55, 0.52, 0.61, 0.56]
+    small, large = dataclasses.replace(e, tail_shortfall=0.004), dataclasses.replace(e, tail_shortfall=0.02)
+    assert smc.TAIL_SHORTFALL_SE is None
+    for case in (small, large, e):
+        assert [r.code for r in smc.tail_verdict(case, ks, 4096).reasons] == ["pareto_k_mean_warn"]
+    monkeypatch.setattr(smc, "TAIL_SHORTFALL_SE", 1.0)
+    assert smc.tail_verdict(small, ks, 4096).status.value == "ok"
+    assert [r.code for r in smc.tail_verdict(large, ks, 4096).reasons] == ["pareto_k_mean_warn"]
+    assert [r.code for r in smc.tail_verdict(e, ks, 4096).reasons] == ["pareto_k_mean_warn"]  # unmeasured
+    # Above the limit the shortfall is not asked: unreliable either way.
+    assert smc.tail_verdict(small, [0.8, 0.75, 0.9, 0.85], 4096).status.value == "unreliable"

@@ -67,12 +67,13 @@ STUCK_WARN = 0.005
 TAIL_OUTLIER_LEVEL = 0.05
 # A variant of the tail rule, off (None): a k̂ in (0.5, limit] warns only when the share of Ẑ the
 # sample's tail typically misses (`psis.tail_shortfall`, δ) is more than this many standard errors.
-# On weights of known tail (benchmarks/questions/tail_scale.py) it holds for a pure generalised
-# Pareto tail (runs with δ ≤ SE cover log Z at ±2 SE in 97–100 %, k = 0.4–0.7, 4 × 4,096 weights)
-# but not for a rare heavy component under a light body (k = 0.65 in 0.2 % of the draws: k̂ 0.58,
-# δ ≤ SE in 93 % of runs, which cover in 66 %): the fit to the top weights mixes body and tail and
-# understates both. Off until the calibration's records (`tail_shortfall_populations`) show it safe
-# on real runs.
+# Measured on weights of known tail, 4 populations of 4,096, 300 runs per cell
+# (benchmarks/questions/tail_scale.py, results/calibration.md "tail_scale.json"): on a rare heavy
+# component under a light body (0.2 % of the draws, tail index 0.4–0.7: k̄ 0.63–0.66, ESS/N
+# 0.76–0.88) it lets 66–75 % of the runs through, of which 58–83 % cover log Z at ±2 SE, where
+# the mean-k̂ rule lets 1–3 % through: the fit to the top weights mixes body and tail and
+# understates both. Reading ESS/N instead (warn only below 0.9) is worse there (2–69 % covering).
+# Off: the calibration's records (`tail_shortfall_populations`) measure it on real runs.
 TAIL_SHORTFALL_SE: "float | None" = None
 
 
