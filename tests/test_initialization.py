@@ -203,6 +203,27 @@ def test_vi_restarts_on_a_bimodal_target_warn_and_auto_covers_both_modes():
     assert abs(cover.log_z - math.log(2)) < 4 * math.sqrt(1 / cover.ess - 1 / cover.num_samples)
 
 
+def test_a_restart_far_below_the_best_is_not_a_mode():
+    """Equal modes' fits end within a few nats of each other; a restart more than `MODE_ELBO_GAP`
+    nats below the best holds, as far as the fits can tell, a negligible share of the mass or never
+    reached a mode, and is not a mode (its moments would ruin the start); a bimodal target whose
+    second bump holds e^-30 of the mass is fitted as one Gaussian."""
+    from mcd_cli.init.vi import MODE_ELBO_GAP, _mode_candidates
+
+    final = np.array([37.4, -63.8, 34.5, -74.6, -np.inf, 37.4 - MODE_ELBO_GAP])
+    assert _mode_candidates(final).tolist() == [True, False, True, False, False, True]
+    assert not _mode_candidates(np.full(3, -np.inf)).any()
+
+    def lopsided(x):  # Z = 1 + e^-30
+        return jnp.logaddexp(jnp.sum(norm.logpdf(x, -3.0, 0.5)), jnp.sum(norm.logpdf(x, 3.0, 0.5)) - 30.0)
+
+    target = Target.create(lopsided, dim=2, initial_scale=3.0)
+    fit = init.vi(target, jax.random.key(0), steps=300, restarts=5)
+    assert fit.modes == 1 and not any("multimodal" in w for w in fit.warnings), fit.warnings
+    auto = init.fit_initial(target, jax.random.key(0), "auto", restarts=5, vi_steps=300)
+    assert auto.method != "auto:vi-moments" and np.all(np.abs(auto.gaussian.mean + 3.0) < 0.1)
+
+
 def test_fit_initial_target_and_auto_with_a_declared_distribution():
     target = Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=2, initial_mean=1.0, initial_scale=2.0)
     for method, explicit in (("target", False), ("auto", True)):

@@ -7,7 +7,7 @@ import numpy as np
 
 from mcd_cli.init.gaussian import Gaussian, InitFit, check_proposal
 from mcd_cli.init.laplace import _cluster, laplace
-from mcd_cli.init.vi import _vi_fit, _vi_runs, vi
+from mcd_cli.init.vi import _mode_candidates, _vi_fit, _vi_runs, vi
 from mcd_cli.targets.base import Target
 
 METHODS = ("auto", "target", "laplace", "vi")
@@ -75,7 +75,7 @@ def fit_initial(
         return best
     # One fit per mode found (the best ELBO in each cluster), weighted equally: how much mass each
     # mode holds is unknown, and the point is to cover every one.
-    ok = np.flatnonzero(np.isfinite(runs.final))
+    ok = np.flatnonzero(_mode_candidates(runs.final))
     labels = np.array(_cluster(runs.means[ok], best.gaussian.scale, target))
     keep = [ok[labels == c][np.argmax(runs.final[ok[labels == c]])] for c in np.unique(labels)]
     means, variances = runs.means[keep], runs.scales[keep] ** 2
