@@ -11,7 +11,7 @@ from conftest import records
 
 from mcd_cli import run
 from mcd_cli.config import SamplerConfig
-from mcd_cli.init.tails import TAIL_GRID, TAIL_LOSS, choose_tails
+from mcd_cli.init.tails import TAIL_GRID, TAIL_LOSS, choose_tails, sided_tails
 from mcd_cli.targets import Target, load_target
 from mcd_cli.targets.transforms import heavy_tailed, tukey_h
 
@@ -37,6 +37,47 @@ def test_the_change_of_variables_keeps_log_z():
         density = np.exp(np.asarray(jax.vmap(moved.log_density)(jnp.asarray(u[:, None], jnp.float32)), np.float64))
         assert np.trapezoid(density, u) == pytest.approx(1.0, abs=1e-5)
         assert moved.initial_mean.tolist() == [0.0] and moved.initial_scale.tolist() == [1.0]
+
+
+def test_a_one_sided_tail_keeps_log_z_and_a_smooth_density():
+    """The lower side alone (h = 0.2 for u < 0, Gaussian above): ∫ γ̃(u) du = 1 by quadrature, and
+    the log density's derivative is continuous through u = 0, where the two sides meet."""
+    target = Target.create(
+        lambda x: jnp.sum(jax.scipy.stats.norm.logpdf(x, 2.0, 0.5)), dim=1, initial_mean=0.5, initial_scale=1.5
+    )
+    moved = heavy_tailed(target, 0.0, 0.2)
+    u = np.linspace(-12.0, 12.0, 240_001)
+    density = np.exp(np.asarray(jax.vmap(moved.log_density)(jnp.asarray(u[:, None], jnp.float32)), np.float64))
+    assert np.trapezoid(density, u) == pytest.approx(1.0, abs=1e-5)
+    grad = jax.grad(lambda v: moved.log_density(v))
+    plain = jax.grad(lambda v: target.log_density(0.5 + 1.5 * v))  # the Gaussian start's map, h = 0
+    for e in (-1e-4, 1e-4):  # each side's extra slope is O(h u): both meet the plain map's at 0
+        assert abs(float(grad(jnp.array([e]))[0]) - float(plain(jnp.array([e]))[0])) < 1e-4
+    with pytest.raises(ValueError, match="tail parameter"):
+        heavy_tailed(target, 0.0, 0.0)
+
+
+def test_a_tail_on_one_side_where_the_other_is_lighter_than_gaussian():
+    """Three logs of Exponential(1) variables (log τ's shape: an exponential lower tail, a
+    doubly exponential upper one) from their moment-matched Gaussian: Tukey tails on both sides cost
+    over `TAIL_LOSS` nats (the upper side reaches far into the light tail), the lower sides alone
+    gain ELBO and bound the weights, and are kept (fixed draws, seed 2, where the Gaussian's k̂ is
+    above 0.5; the true k is 1)."""
+    from scipy.special import polygamma
+
+    target = Target.create(
+        lambda x: jnp.sum(x - jnp.exp(x)), dim=3, initial_mean=float(-np.euler_gamma),
+        initial_scale=float(np.sqrt(polygamma(1, 1.0))),
+    )
+    choice = choose_tails(target, jax.random.key(2))
+    assert choice.pareto_ks[0] > 0.5 and choice.elbos[0] - choice.elbos[1] > TAIL_LOSS
+    assert choice.h == TAIL_GRID[0] and choice.sides == ("-0", "-1", "-2")
+    assert choice.sides_k <= 0.5 and choice.sides_elbo > choice.elbos[0]
+    moved = heavy_tailed(target, *sided_tails(choice, 3))
+    u = jnp.array([[-2.0, 1.0, 0.5]])
+    x = (-np.euler_gamma + np.sqrt(polygamma(1, 1.0)) * np.array([-2.0 * np.exp(0.2), 1.0, 0.5]))
+    expected = np.sum(x - np.exp(x)) + 3 * np.log(np.sqrt(polygamma(1, 1.0))) + 0.2 + np.log1p(0.4)
+    assert float(jax.vmap(moved.log_density)(u)[0]) == pytest.approx(expected, rel=1e-5)
 
 
 def test_auto_gives_heavy_tailed_targets_heavier_tails_and_keeps_the_gaussian_elsewhere():

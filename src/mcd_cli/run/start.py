@@ -18,7 +18,7 @@ from mcd_cli.path.step_sizes import ais_step_scale, curvature_step_sizes
 from mcd_cli.run.defaults import ADAPTIVE_SMC
 from mcd_cli.run.plan import RunPlan, root_key
 from mcd_cli.run.smc_kernels import compiled
-from mcd_cli.init.tails import choose_tails
+from mcd_cli.init.tails import choose_tails, sided_tails
 from mcd_cli.init.tails import describe as tails_suffix
 from mcd_cli.targets.transforms import apply_initial, heavy_tailed, transported
 
@@ -65,7 +65,8 @@ def initial_target(
     choice = choose_tails(fitted, key)
     if not choice.h:
         return fitted, method, warnings
-    return heavy_tailed(fitted, choice.h), method + tails_suffix(choice), warnings
+    upper, lower = sided_tails(choice, fitted.dim)
+    return heavy_tailed(fitted, upper, lower), method + tails_suffix(choice), warnings
 
 
 def transport(

@@ -129,11 +129,15 @@ def tukey_log_jacobian(u: Array, h: float) -> jax.Array:
     return jnp.sum(0.5 * h * u * u + jnp.log1p(h * u * u), axis=-1)
 
 
-def heavy_tailed(target: Target, h: float) -> Target:
+def heavy_tailed(target: Target, h: Any, h_lower: Any = None) -> Target:
     """The target in `u` with `x = μ0 + σ0 ⊙ g(u)` (`tukey_h`; μ0, σ0 its declared initial mean and
     scale): its initial distribution N(0, I) is, in x, a Tukey-h distribution of the same centre and
     scale whose tails are as heavy as a Student-t with 1/h degrees of freedom. Its log density is
     `log γ(x) + Σ log σ0 + Σ (h u²/2 + log(1 + h u²))`, so log Z is unchanged.
+
+    `h` is one number or one per coordinate (0: that coordinate keeps its Gaussian tail); `h_lower`,
+    the same, is the h of u < 0 where it differs from the upper side's (a heavier tail on one side
+    only; `g` stays increasing and continuously differentiable, g'(0) = 1 on both sides).
 
     Example:
         >>> from mcd_cli.targets import Target
@@ -143,15 +147,24 @@ def heavy_tailed(target: Target, h: float) -> Target:
         >>> round(float(heavy_tailed(t, 0.25).log_density(jnp.ones(2))), 4) == round(-x * x + 2 * (math.log(2) + 1 / 8 + math.log(1.25)), 4)
         True
     """
-    if not (0.0 < h < 1.0):
-        raise ValueError(f"the tail parameter h must be in (0, 1), got {h}")
+    d = target.dim
+    upper = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,))
+    lower = upper if h_lower is None else np.broadcast_to(np.asarray(h_lower, dtype=np.float64), (d,))
+    both = np.concatenate([upper, lower])
+    if not (np.all((both >= 0.0) & (both < 1.0)) and np.any(both > 0.0)):
+        raise ValueError(f"the tail parameter h must be in (0, 1) (0 for a Gaussian tail), got {h}, {h_lower}")
     mu = np.asarray(target.initial_mean, dtype=np.float64)
     sigma = np.asarray(target.initial_scale, dtype=np.float64)
     log_det = float(np.sum(np.log(sigma)))
-
+    if np.all(upper == lower):
+        h_of = (lambda u: upper) if np.ptp(upper) else (lambda u: float(upper[0]))
+        what = f"{float(upper[0]):g}" if not np.ptp(upper) else "h"
+    else:
+        h_of = lambda u: jnp.where(u > 0, upper, lower)  # noqa: E731
+        what = "h±"
     return _reparameterised(
-        target, lambda u: mu + sigma * tukey_h(u, h), lambda u: log_det + tukey_log_jacobian(u, h),
-        f"heavy-tailed start: x = μ + σ u exp({h:g} u²/2)",
+        target, lambda u: mu + sigma * tukey_h(u, h_of(u)), lambda u: log_det + tukey_log_jacobian(u, h_of(u)),
+        f"heavy-tailed start: x = μ + σ u exp({what} u²/2)",
     )
 
 
