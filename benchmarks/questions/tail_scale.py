@@ -26,8 +26,11 @@ counts as right when within 2 SE, and each rule's `ok` runs are counted, with ho
 
 Usage:
 
-    python benchmarks/run.py tail_scale --runs 300 --output benchmarks/results/raw/tail_scale.json \\
-        --calibration benchmarks/results/raw/calibration_corpus_d7a8fb2_cpu.json
+    python benchmarks/run.py calibration --module tail_scale --runs 300 \\
+        --output benchmarks/results/raw/tail_scale.json --calibration \\
+        benchmarks/results/raw/calibration_corpus_127d537_cpu.json \\
+        benchmarks/results/raw/calibration_corpus_42b1969_cpu.json \\
+        benchmarks/results/raw/calibration_corpus_42b1969_s14_cpu.json
 """
 
 from __future__ import annotations

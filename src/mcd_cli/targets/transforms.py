@@ -156,12 +156,10 @@ def heavy_tailed(target: Target, h: Any, h_lower: Any = None) -> Target:
     mu = np.asarray(target.initial_mean, dtype=np.float64)
     sigma = np.asarray(target.initial_scale, dtype=np.float64)
     log_det = float(np.sum(np.log(sigma)))
-    if np.all(upper == lower):
-        h_of = (lambda u: upper) if np.ptp(upper) else (lambda u: float(upper[0]))
-        what = f"{float(upper[0]):g}" if not np.ptp(upper) else "h"
+    if np.ptp(both) == 0:  # one h everywhere: a constant, the program as before sides existed
+        h_of, what = (lambda u: float(both[0])), f"{float(both[0]):g}"
     else:
-        h_of = lambda u: jnp.where(u > 0, upper, lower)  # noqa: E731
-        what = "h±"
+        h_of, what = (lambda u: jnp.where(u > 0, upper, lower)), "h±"
     return _reparameterised(
         target, lambda u: mu + sigma * tukey_h(u, h_of(u)), lambda u: log_det + tukey_log_jacobian(u, h_of(u)),
         f"heavy-tailed start: x = μ + σ u exp({what} u²/2)",
