@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.flatten_util import ravel_pytree
 from scipy.special import logsumexp
 
 pytest.importorskip("numpyro")
@@ -437,3 +438,65 @@ def test_missing_extra_names_the_install_command(tmp_path, monkeypatch):
     hint = "NumPyro is not installed; install the extra: pip install 'mcd-cli[numpyro]'"
     assert hint in error_of(example("normal_normal"))
     assert hint in error_of(str(lazy))
+
+
+CENTRED = '''
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+y = np.array({y})
+sigma = np.array({sigma})
+
+
+def model(y, sigma):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    tau = numpyro.sample("tau", dist.HalfNormal(5.0))
+    with numpyro.plate("groups", len(y)):
+        theta = numpyro.sample("theta", dist.Normal(mu, tau))
+        numpyro.sample("y", dist.Normal(theta, sigma), obs=y)
+'''
+
+
+def centred_model(tmp_path, y, sigma, name="centred"):
+    return load_target(str(write(tmp_path, f"{name}.py", CENTRED.format(y=list(y), sigma=list(sigma)))))
+
+
+def test_the_non_centred_density_is_the_centred_one_changed_in_variables(tmp_path):
+    """θ = μ + τ z: log γ_nc(μ, log τ, z) = log γ_c(μ, log τ, μ + τ z) + Σ log τ, at random points (float32)."""
+    from mcd_cli.targets.numpyro_model import hierarchical_sites, noncentred
+
+    target = centred_model(tmp_path, [-8.1, -4.3, -11.2, -2.5], [3.1, 2.4, 4.5, 2.2])
+    assert hierarchical_sites(target.log_density) == ("theta",)
+    moved, sites = noncentred(target)
+    assert sites == ("theta",) and moved.dim == target.dim and moved.log_z == target.log_z
+    assert set(moved.log_density.latent_shapes) == {"mu", "tau", "theta_decentered"}
+    points = jax.random.normal(jax.random.key(0), (16, target.dim))
+    for x in points:
+        values = moved.log_density.unravel(x)  # mu, log tau (unconstrained), z
+        mu, log_tau, z = values["mu"], values["tau"], values["theta_decentered"]
+        theta = mu + jnp.exp(log_tau) * z
+        centred_x = ravel_pytree({"mu": mu, "tau": log_tau, "theta": theta})[0]
+        expected = target.log_density(centred_x) + z.size * log_tau
+        assert float(moved.log_density(x)) == pytest.approx(float(expected), rel=1e-5, abs=1e-3)
+        drawn = moved.user_values(x)  # the model's names: theta beside its decentred z
+        np.testing.assert_allclose(drawn["theta"], theta, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_without_hierarchical_sites_has_no_non_centred_form():
+    from mcd_cli.targets.numpyro_model import noncentred
+
+    assert noncentred(load_target(example("normal_normal"))) is None  # mu's prior is fixed
+    assert noncentred(load_target("gauss_shift")) is None  # not a NumPyro model
+
+
+def test_the_start_keeps_the_parametrisation_whose_fit_is_closer(tmp_path):
+    """Weak data (group errors larger than the spread): non-centred; strong data (errors 0.1): centred."""
+    from mcd_cli.run.start import initial_target
+
+    weak = centred_model(tmp_path, [-8.1, -4.3, -11.2, -2.5, -6.8], [3.1, 2.4, 4.5, 2.2, 3.8], "weak")
+    strong = centred_model(tmp_path, [-8.1, -4.3, -11.2, -2.5, -6.8], [0.1] * 5, "strong")
+    _, weak_method, _ = initial_target(weak, SamplerConfig(), 0)
+    _, strong_method, _ = initial_target(strong, SamplerConfig(), 0)
+    assert "+noncentred(theta)" in weak_method, weak_method
+    assert "noncentred" not in strong_method, strong_method

@@ -195,3 +195,24 @@ def test_a_one_step_schedule_with_heavy_tailed_weights(mcd, tmp_path):
     rec = records(out)[-1]
     assert rec["init_method"] == "auto:target+tails(h=0.1)" and len(rec["smc"]["beta"]) <= 2
     assert rec["status"] == "ok" and abs(rec["log_z"]) < 3 * rec["log_z_stderr"], rec
+
+
+def test_a_side_that_fits_better_is_kept_where_the_weights_are_light_already():
+    """The log of Gamma(3) variables: exponential lower tails, doubly exponential upper ones. With the
+    start's k̂ in (SIDES_K_FLOOR, 0.5] no symmetric tail is kept, and a lower side that gains ELBO
+    without raising k̂ is (seed 1); at a wider start (k̂ ≤ SIDES_K_FLOOR) nothing is searched."""
+    from jax.scipy.special import digamma, polygamma
+
+    from mcd_cli.init.tails import SIDE_GAIN, SIDES_K_FLOOR
+
+    a = 3.0
+    def log_gamma_logs(x):
+        return jnp.sum(a * x - jnp.exp(x))
+
+    mean, sd = float(digamma(a)), float(np.sqrt(polygamma(1, a)))
+    close = choose_tails(Target.create(log_gamma_logs, dim=3, initial_mean=mean, initial_scale=sd), jax.random.key(1))
+    assert SIDES_K_FLOOR < close.pareto_ks[0] <= 0.5 and max(close.elbos[1:]) < close.elbos[0]
+    assert close.h == TAIL_GRID[0] and close.sides and all(s.startswith("-") for s in close.sides), close
+    assert close.sides_elbo >= close.elbos[0] + SIDE_GAIN and close.sides_k <= close.pareto_ks[0]
+    wide = choose_tails(Target.create(log_gamma_logs, dim=3, initial_mean=mean, initial_scale=1.2 * sd), jax.random.key(0))
+    assert wide.pareto_ks[0] <= SIDES_K_FLOOR and wide.h == 0.0 and wide.sides_elbo is None

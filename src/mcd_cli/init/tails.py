@@ -63,6 +63,8 @@ TAIL_SAMPLES = 2048
 SIDES_MAX_DIM = 64  # the one-sided search evaluates 2d + 1 starts: up to this dimension
 SIDE_LOSS = 0.5  # nats of ELBO one side may cost, alone, to be combined
 SIDE_K_DROP = 0.05  # how much one side must lower k̂, alone, to be combined (common draws)
+SIDE_GAIN = 0.01  # nats of ELBO one side must gain, alone, where the Gaussian's k̂ is in (SIDES_K_FLOOR, PARETO_K_WARN]
+SIDES_K_FLOOR = 0.3  # below it the start's weights are light enough: no one-sided search
 
 
 class TailChoice(NamedTuple):
@@ -123,27 +125,36 @@ def choose_tails(target: Target, key: jax.Array, num_samples: int = TAIL_SAMPLES
     if not h and ks[0] > PARETO_K_WARN:
         bounded = [i for i in range(1, len(grid)) if ks[i] <= PARETO_K_WARN and elbos[i] >= elbos[0] - TAIL_LOSS]
         h = grid[bounded[0]] if bounded else 0.0
-    if h or not ks[0] > PARETO_K_WARN or d > SIDES_MAX_DIM:
+    if h or not ks[0] > SIDES_K_FLOOR or d > SIDES_MAX_DIM:
         return TailChoice(h, grid, elbos, ks)
     return _one_sided(target, u, TailChoice(0.0, grid, elbos, ks))
 
 
 def _one_sided(target: Target, u: jax.Array, choice: TailChoice) -> TailChoice:
-    """`choice` with a tail on some sides of some coordinates where that bounds the weights: see
-    the module docstring."""
+    """`choice` with a tail on some sides of some coordinates: where the Gaussian's k̂ is above
+    `PARETO_K_WARN`, the sides that lower it at a small cost, kept when together they bound the
+    weights; where it is at most `PARETO_K_WARN` (above `SIDES_K_FLOOR`), the sides that gain ELBO
+    without raising it, kept when together they do. See the module docstring."""
     d, h0 = target.dim, TAIL_GRID[0]
     upper, lower = np.zeros((2 * d, d)), np.zeros((2 * d, d))
     upper[np.arange(d), np.arange(d)] = h0  # rows 0 … d−1: coordinate i's upper side
     lower[d + np.arange(d), np.arange(d)] = h0  # rows d … 2d−1: its lower side
     elbos, ks = _measure(target, u, upper, lower)
     e0, k0 = choice.elbos[0], choice.pareto_ks[0]
-    helps = (ks < k0 - SIDE_K_DROP) & (elbos >= e0 - SIDE_LOSS)
+    bound = k0 > PARETO_K_WARN  # else: light enough already, a side must fit better
+    if bound:
+        helps = (ks < k0 - SIDE_K_DROP) & (elbos >= e0 - SIDE_LOSS)
+    else:  # k̂ of weights this light moves by ±0.05 with the draws: not raised is enough
+        helps = (ks <= k0) & (elbos >= e0 + SIDE_GAIN)
     if not helps.any():
         return choice
     upper_h, lower_h = upper[helps].sum(axis=0), lower[helps].sum(axis=0)
     elbo, k = (float(v[0]) for v in _measure(target, u, upper_h[None], lower_h[None]))
     sides = tuple(f"{'+' if i < d else '-'}{i % d}" for i in np.flatnonzero(helps))
-    kept = k <= PARETO_K_WARN and elbo >= e0 - TAIL_LOSS
+    if bound:
+        kept = k <= PARETO_K_WARN and elbo >= e0 - TAIL_LOSS
+    else:
+        kept = k <= k0 and elbo >= e0 + SIDE_GAIN
     return choice._replace(h=h0 if kept else 0.0, sides=sides if kept else (), sides_elbo=elbo, sides_k=k)
 
 

@@ -128,9 +128,32 @@ def _initial_target(
         return target, "auto:target-fallback", (
             f"auto: the VI fit failed ({err}); starting from the target's N(0, I) fallback",
         )
+    method = fit.method
+    if sconf.init == "auto":
+        target, fit, method = _parametrisation(target, fit, key, sconf.init_cov)
     # A diagonal fit whitens the target by its scales, so the samplers' isotropic steps see unit
     # conditional scales (a diagonal preconditioner); a full one whitens by its Cholesky factor.
-    return apply_initial(target, fit, precondition=True), fit.method, tuple(fit.warnings)
+    return apply_initial(target, fit, precondition=True), method, tuple(fit.warnings)
+
+
+def _parametrisation(target: Any, fit: Any, key: jax.Array, cov: str) -> tuple[Any, Any, str]:
+    """A NumPyro model with hierarchical location-scale sites, in whichever parametrisation,
+    centred as written or non-centred (`targets.numpyro_model.noncentred`), its start fits better:
+    the same fit in both, the higher ELBO kept (both bound the same log Z), method
+    `…+noncentred(θ)`. Any other target, and a failed fit, leave `target` and `fit` as they are."""
+    from mcd_cli.targets.numpyro_model import noncentred
+
+    moved = noncentred(target)
+    if moved is None:
+        return target, fit, fit.method
+    other, sites = moved
+    try:
+        other_fit = fit_initial(other, key, "auto", cov=cov, explicit_initial=False)
+    except ValueError:
+        return target, fit, fit.method
+    if not other_fit.check.elbo > fit.check.elbo:
+        return target, fit, fit.method
+    return other, other_fit, f"{other_fit.method}+noncentred({','.join(sites)})"
 
 
 def tempered_betas(target: Any, steps: int, key: jax.Array, num: int = TEMPER_PARTICLES) -> np.ndarray:

@@ -452,3 +452,89 @@ def prior_initial(
     q25, median, q75 = np.percentile(draws, [25.0, 50.0, 75.0], axis=0)
     scale = (q75 - q25) / (2 * 0.6744897501960817)  # the interquartile range of N(0, 1) is 2 × 0.6745
     return median, np.where(scale > 0, scale, 1.0)
+
+
+# Location-scale families NumPyro's `LocScaleReparam` can decentre (`shape_params`: their other parameters).
+LOC_SCALE_FAMILIES = {"Normal": (), "Laplace": (), "Cauchy": (), "StudentT": ("df",)}
+
+
+def _base_fn(fn: Any) -> Any:
+    """The distribution inside NumPyro's `Independent` / `ExpandedDistribution` / mask wrappers."""
+    while hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    return fn
+
+
+def hierarchical_sites(density: ModelDensity) -> tuple[str, ...]:
+    """The latent sites of a location-scale family (`LOC_SCALE_FAMILIES`) whose location or scale
+    depends on other latents: those a non-centred parametrisation changes (`noncentred`). Found by
+    running the model on two prior draws and comparing each site's parameters.
+
+    Example:
+        >>> import numpyro, numpyro.distributions as dist
+        >>> def model(y):
+        ...     mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        ...     tau = numpyro.sample("tau", dist.HalfNormal(5.0))
+        ...     theta = numpyro.sample("theta", dist.Normal(mu, tau).expand([3]))
+        ...     numpyro.sample("y", dist.Normal(theta, 1.0), obs=y)
+        >>> hierarchical_sites(model_density(model, {"y": np.zeros(3)}, "m"))
+        ('theta',)
+    """
+    from numpyro.handlers import seed, trace
+
+    kwargs = dict(density.model_kwargs)
+    traces = [trace(seed(density.model, jax.random.key(i))).get_trace(**kwargs) for i in (1, 2)]
+    found = []
+    for name in density.latent_shapes:
+        fns = [_base_fn(t[name]["fn"]) for t in traces]
+        if type(fns[0]).__name__ not in LOC_SCALE_FAMILIES or type(fns[0]) is not type(fns[1]):
+            continue
+        if any(not np.allclose(np.asarray(getattr(fns[0], p)), np.asarray(getattr(fns[1], p))) for p in ("loc", "scale")):
+            found.append(name)
+    return tuple(found)
+
+
+def noncentred(target: Target) -> Optional[tuple[Target, tuple[str, ...]]]:
+    """`target`, a NumPyro model's, in its non-centred parametrisation, and the sites decentred; None
+    when the target is not a NumPyro model or has no such site (`hierarchical_sites`).
+
+    Each site `θ ~ F(loc, scale)` whose loc or scale depends on other latents becomes `θ = loc +
+    scale · z`, `z ~ F(0, 1)` (NumPyro's `LocScaleReparam(centered=0)`), the same joint law of the
+    latents, so log Z is unchanged. A centred hierarchical model has a funnel between each group
+    scale and its group effects, where a Gaussian start and gradient moves with one step size miss
+    the neck (the corpus's hierarchical_normal: adaptive SMC 0.2–0.3 nats low at every seed); the
+    non-centred one has none when the data say little about each group, and a funnel of its own
+    when they say much. `run.start` fits the start in both and keeps the one of higher ELBO (both
+    bound the same log Z from below). Posterior draws keep the model's names: `θ` is reported
+    beside `z` (site `θ_decentered`).
+    """
+    density = target.log_density
+    if not isinstance(density, ModelDensity):
+        return None
+    sites = hierarchical_sites(density)
+    if not sites:
+        return None
+    from numpyro.handlers import reparam
+    from numpyro.infer.reparam import LocScaleReparam
+
+    config = {name: LocScaleReparam(0, shape_params=LOC_SCALE_FAMILIES[_site_family(density, name)]) for name in sites}
+    moved = model_density(reparam(density.model, config=config), density.model_kwargs, density.model_name,
+                          model_name=density.model_name)
+    return Target.create(
+        moved,
+        moved.dim,
+        log_z=target.log_z,
+        name=target.name,
+        description=f"{target.description} (non-centred: {', '.join(sites)})",
+        params=target.params,
+        source=target.source,
+        initial_declared=False,
+        to_user=moved.constrained,
+    ), sites
+
+
+def _site_family(density: ModelDensity, name: str) -> str:
+    from numpyro.handlers import seed, trace
+
+    model_trace = trace(seed(density.model, jax.random.key(1))).get_trace(**dict(density.model_kwargs))
+    return type(_base_fn(model_trace[name]["fn"])).__name__
