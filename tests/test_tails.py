@@ -216,3 +216,21 @@ def test_a_side_that_fits_better_is_kept_where_the_weights_are_light_already():
     assert close.sides_elbo >= close.elbos[0] + SIDE_GAIN and close.sides_k <= close.pareto_ks[0]
     wide = choose_tails(Target.create(log_gamma_logs, dim=3, initial_mean=mean, initial_scale=1.2 * sd), jax.random.key(0))
     assert wide.pareto_ks[0] <= SIDES_K_FLOOR and wide.h == 0.0 and wide.sides_elbo is None
+
+
+def test_a_cheap_side_that_bounds_light_weights_is_kept():
+    """The log of a Gamma(50) variable (a Poisson-Gamma posterior's log rate): from a Gaussian 6 %
+    wider than its moments the weights' k̂ is in the band (seed 2), no side gains ELBO, and the
+    lower one bounds the weights for under BAND_LOSS nats."""
+    from jax.scipy.special import digamma, polygamma
+
+    from mcd_cli.init.tails import BAND_LOSS, SIDE_GAIN, SIDES_K_FLOOR
+
+    a = 50.0
+    mean, sd = float(digamma(a)), float(np.sqrt(polygamma(1, a)))
+    target = Target.create(lambda x: jnp.sum(a * x - jnp.exp(x)), dim=1, initial_mean=mean, initial_scale=1.06 * sd)
+    choice = choose_tails(target, jax.random.key(2))
+    assert SIDES_K_FLOOR < choice.pareto_ks[0] <= 0.5 and max(choice.elbos[1:]) < choice.elbos[0]
+    assert choice.sides == ("-0",) and choice.h == TAIL_GRID[0]
+    assert choice.elbos[0] - BAND_LOSS <= choice.sides_elbo < choice.elbos[0] + SIDE_GAIN
+    assert choice.sides_k < 0
