@@ -156,14 +156,25 @@ def _one_sided(target: Target, u: jax.Array, choice: TailChoice) -> TailChoice:
         helps = ((ks <= k0) & (elbos >= e0 + SIDE_GAIN)) | ((ks < k0 - SIDE_K_DROP) & (elbos >= e0 - BAND_LOSS))
     if not helps.any():
         return choice
+
+    def keeps(elbo: float, k: float) -> bool:
+        if bound:
+            return k <= PARETO_K_WARN and elbo >= e0 - TAIL_LOSS
+        return (k <= k0 and elbo >= e0 + SIDE_GAIN) or (k < k0 - SIDE_K_DROP and elbo >= e0 - BAND_LOSS)
+
+    def name(i: int) -> str:
+        return f"{'+' if i < d else '-'}{i % d}"
+
     upper_h, lower_h = upper[helps].sum(axis=0), lower[helps].sum(axis=0)
     elbo, k = (float(v[0]) for v in _measure(target, u, upper_h[None], lower_h[None]))
-    sides = tuple(f"{'+' if i < d else '-'}{i % d}" for i in np.flatnonzero(helps))
-    if bound:
-        kept = k <= PARETO_K_WARN and elbo >= e0 - TAIL_LOSS
-    else:
-        kept = (k <= k0 and elbo >= e0 + SIDE_GAIN) or (k < k0 - SIDE_K_DROP and elbo >= e0 - BAND_LOSS)
-    return choice._replace(h=h0 if kept else 0.0, sides=sides if kept else (), sides_elbo=elbo, sides_k=k)
+    if keeps(elbo, k):
+        return choice._replace(h=h0, sides=tuple(name(i) for i in np.flatnonzero(helps)), sides_elbo=elbo, sides_k=k)
+    # Together they cost too much (both sides of a coordinate whose upper tail is light): the one
+    # side that alone lowers k̂ most, if it alone passes.
+    best = int(np.flatnonzero(helps)[np.argmin(ks[helps])])
+    if keeps(float(elbos[best]), float(ks[best])):
+        return choice._replace(h=h0, sides=(name(best),), sides_elbo=float(elbos[best]), sides_k=float(ks[best]))
+    return choice._replace(sides_elbo=elbo, sides_k=k)
 
 
 def sided_tails(choice: TailChoice, dim: int) -> tuple[np.ndarray, np.ndarray]:
