@@ -467,7 +467,7 @@ def test_the_non_centred_density_is_the_centred_one_changed_in_variables(tmp_pat
     from mcd_cli.targets.numpyro_model import hierarchical_sites, noncentred
 
     target = centred_model(tmp_path, [-8.1, -4.3, -11.2, -2.5], [3.1, 2.4, 4.5, 2.2])
-    assert hierarchical_sites(target.log_density) == ("theta",)
+    assert hierarchical_sites(target.log_density) == {"theta": "Normal"}
     moved, sites = noncentred(target)
     assert sites == ("theta",) and moved.dim == target.dim and moved.log_z == target.log_z
     assert set(moved.log_density.latent_shapes) == {"mu", "tau", "theta_decentered"}

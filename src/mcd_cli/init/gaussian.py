@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import logsumexp
+from scipy.special import logsumexp  # of float64 weights on the host: jax's would round them to float32
 
 from mcd_cli.stats import pareto_k
 from mcd_cli.targets.base import Target

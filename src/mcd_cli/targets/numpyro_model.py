@@ -465,10 +465,11 @@ def _base_fn(fn: Any) -> Any:
     return fn
 
 
-def hierarchical_sites(density: ModelDensity) -> tuple[str, ...]:
+def hierarchical_sites(density: ModelDensity) -> dict[str, str]:
     """The latent sites of a location-scale family (`LOC_SCALE_FAMILIES`) whose location or scale
-    depends on other latents: those a non-centred parametrisation changes (`noncentred`). Found by
-    running the model on two prior draws and comparing each site's parameters.
+    depends on other latents, `{site: family}`: those a non-centred parametrisation changes
+    (`noncentred`). Found by running the model on two prior draws and comparing each site's
+    parameters.
 
     Example:
         >>> import numpyro, numpyro.distributions as dist
@@ -478,20 +479,21 @@ def hierarchical_sites(density: ModelDensity) -> tuple[str, ...]:
         ...     theta = numpyro.sample("theta", dist.Normal(mu, tau).expand([3]))
         ...     numpyro.sample("y", dist.Normal(theta, 1.0), obs=y)
         >>> hierarchical_sites(model_density(model, {"y": np.zeros(3)}, "m"))
-        ('theta',)
+        {'theta': 'Normal'}
     """
     from numpyro.handlers import seed, trace
 
     kwargs = dict(density.model_kwargs)
     traces = [trace(seed(density.model, jax.random.key(i))).get_trace(**kwargs) for i in (1, 2)]
-    found = []
+    found = {}
     for name in density.latent_shapes:
-        fns = [_base_fn(t[name]["fn"]) for t in traces]
-        if type(fns[0]).__name__ not in LOC_SCALE_FAMILIES or type(fns[0]) is not type(fns[1]):
+        first, second = (_base_fn(t[name]["fn"]) for t in traces)
+        family = type(first).__name__
+        if family not in LOC_SCALE_FAMILIES or type(second) is not type(first):
             continue
-        if any(not np.allclose(np.asarray(getattr(fns[0], p)), np.asarray(getattr(fns[1], p))) for p in ("loc", "scale")):
-            found.append(name)
-    return tuple(found)
+        if any(not np.allclose(np.asarray(getattr(first, p)), np.asarray(getattr(second, p))) for p in ("loc", "scale")):
+            found[name] = family
+    return found
 
 
 def noncentred(target: Target) -> Optional[tuple[Target, tuple[str, ...]]]:
@@ -517,9 +519,10 @@ def noncentred(target: Target) -> Optional[tuple[Target, tuple[str, ...]]]:
     from numpyro.handlers import reparam
     from numpyro.infer.reparam import LocScaleReparam
 
-    config = {name: LocScaleReparam(0, shape_params=LOC_SCALE_FAMILIES[_site_family(density, name)]) for name in sites}
-    moved = model_density(reparam(density.model, config=config), density.model_kwargs, density.model_name,
-                          model_name=density.model_name)
+    config = {name: LocScaleReparam(0, shape_params=LOC_SCALE_FAMILIES[family]) for name, family in sites.items()}
+    moved = model_density(
+        reparam(density.model, config=config), density.model_kwargs, density.model_name, model_name=density.model_name
+    )
     return Target.create(
         moved,
         moved.dim,
@@ -530,11 +533,4 @@ def noncentred(target: Target) -> Optional[tuple[Target, tuple[str, ...]]]:
         source=target.source,
         initial_declared=False,
         to_user=moved.constrained,
-    ), sites
-
-
-def _site_family(density: ModelDensity, name: str) -> str:
-    from numpyro.handlers import seed, trace
-
-    model_trace = trace(seed(density.model, jax.random.key(1))).get_trace(**dict(density.model_kwargs))
-    return type(_base_fn(model_trace[name]["fn"])).__name__
+    ), tuple(sites)
