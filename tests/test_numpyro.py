@@ -464,7 +464,7 @@ def centred_model(tmp_path, y, sigma, name="centred"):
 
 def test_the_non_centred_density_is_the_centred_one_changed_in_variables(tmp_path):
     """θ = μ + τ z: log γ_nc(μ, log τ, z) = log γ_c(μ, log τ, μ + τ z) + Σ log τ, at random points (float32)."""
-    from mcd_cli.targets.numpyro_model import hierarchical_sites, noncentred
+    from mcd_cli.targets.noncentred import hierarchical_sites, noncentred
 
     target = centred_model(tmp_path, [-8.1, -4.3, -11.2, -2.5], [3.1, 2.4, 4.5, 2.2])
     assert hierarchical_sites(target.log_density) == {"theta": "Normal"}
@@ -484,7 +484,7 @@ def test_the_non_centred_density_is_the_centred_one_changed_in_variables(tmp_pat
 
 
 def test_a_model_without_hierarchical_sites_has_no_non_centred_form():
-    from mcd_cli.targets.numpyro_model import noncentred
+    from mcd_cli.targets.noncentred import noncentred
 
     assert noncentred(load_target(example("normal_normal"))) is None  # mu's prior is fixed
     assert noncentred(load_target("gauss_shift")) is None  # not a NumPyro model

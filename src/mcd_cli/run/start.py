@@ -138,10 +138,10 @@ def _initial_target(
 
 def _parametrisation(target: Any, fit: Any, key: jax.Array, cov: str) -> tuple[Any, Any, str]:
     """A NumPyro model with hierarchical location-scale sites, in whichever parametrisation,
-    centred as written or non-centred (`targets.numpyro_model.noncentred`), its start fits better:
+    centred as written or non-centred (`targets.noncentred`), its start fits better:
     the same fit in both, the higher ELBO kept (both bound the same log Z), method
     `…+noncentred(θ)`. Any other target, and a failed fit, leave `target` and `fit` as they are."""
-    from mcd_cli.targets.numpyro_model import noncentred
+    from mcd_cli.targets.noncentred import noncentred
 
     moved = noncentred(target)
     if moved is None:
