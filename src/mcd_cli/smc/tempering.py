@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import jax
@@ -44,6 +45,16 @@ BISECTION_STEPS = 40
 # that much, so `resample = target_ess` resamples after every step (classic tempered SMC) instead
 # of flipping on the rounding of the bisection.
 ESS_ROUNDING = 1e-3
+# The tail of a step's weights (`tail_limited_beta`): β′ is also kept where the weights since the
+# last resampling have a Pareto k̂ of at most TAIL_K (None: the conditional ESS alone), tried at
+# the ESS's step and at TAIL_CANDIDATES − 1 steps each TAIL_SHRINK of the one before (down to
+# 0.7^12 ≈ 1.4 % of it). A start whose weights have tail index k0 gives a step from β to β′ weights
+# of index (β′ − β)/(1/k0 − β): the step, not the ESS, sets how heavy the final weights' tail is.
+TAIL_K: Optional[float] = None
+TAIL_SHRINK = 0.7
+TAIL_CANDIDATES = 13
+# As `stats.psis.EQUAL_WEIGHTS_RTOL`: log weights this close (relative) are one point mass, no tail.
+EQUAL_WEIGHTS_RTOL = 2.0**-17
 
 
 def conditional_ess(log_weights_now: jax.Array, log_increment: jax.Array) -> jax.Array:
@@ -77,6 +88,81 @@ def next_beta(beta: jax.Array, log_w: jax.Array, log_likelihood: jax.Array, targ
     return jnp.where(cess(one) >= target_ess, one, lo)
 
 
+def _log1mexp(a: jax.Array) -> jax.Array:
+    """`log(1 − e^a)` for `a ≤ 0` (Mächler 2012), as `stats.psis._log1mexp`."""
+    safe = jnp.minimum(a, 0.0)
+    return jnp.where(safe > -jnp.log(2.0), jnp.log(-jnp.expm1(safe)), jnp.log1p(-jnp.exp(safe)))
+
+
+def _gpd_shape(log_x: jax.Array) -> jax.Array:
+    """The shape k̂ of a generalised Pareto fitted to exceedances given by their logs (sorted
+    ascending, static length n): `stats.psis._gpd_fit_log`'s Zhang–Stephens estimate with PSIS's
+    prior, in jax (NaN where it cannot be fitted)."""
+    n = log_x.shape[0]
+    m = 30 + int(math.sqrt(n))
+    c = jnp.sqrt(m / (jnp.arange(1, m + 1, dtype=log_x.dtype) - 0.5)) - 1.0
+    lx = log_x - log_x[-1]
+    log_xq = lx[int(n / 4 + 0.5) - 1]
+    lower = _log1mexp(lx)
+
+    def k_of(log_c):
+        a = log_c - math.log(3.0) - log_xq
+        return jnp.mean(jnp.logaddexp(lower, a[..., None] + lx), axis=-1), a
+
+    k_grid, a = k_of(jnp.log(c))
+    log_abs_b = jnp.where(a < 0, _log1mexp(jnp.minimum(a, 0.0)), a + _log1mexp(-jnp.abs(a)))
+    profile = n * (log_abs_b - jnp.log(jnp.abs(k_grid)) - k_grid - 1.0)
+    weights = jax.nn.softmax(jnp.where(jnp.isnan(profile), -jnp.inf, profile))
+    weights = jnp.where(weights >= 10 * jnp.finfo(log_x.dtype).eps, weights, 0.0)
+    k, _ = k_of(jnp.log(jnp.sum(c * weights) / jnp.sum(weights)))
+    return (n * k + 10 * 0.5) / (n + 10)
+
+
+def tail_index(log_w: jax.Array) -> jax.Array:
+    """PSIS Pareto k̂ of the weights `exp(log_w)`, in jax: `stats.psis.pareto_k` fitted to the
+    `tail_length(N)` largest, −inf where they equal the cutoff to float precision (no tail), NaN
+    where the fit fails. Ties with the cutoff count as zero exceedances, where `pareto_k` drops them.
+
+    Example:
+        >>> import numpy as np
+        >>> from mcd_cli.stats.psis import pareto_k
+        >>> log_w = np.random.default_rng(0).normal(size=2048)
+        >>> bool(abs(float(tail_index(jnp.asarray(log_w))) - pareto_k(log_w)) < 1e-3)
+        True
+    """
+    num = log_w.shape[0]
+    tail_len = int(math.ceil(min(0.2 * num, 3.0 * math.sqrt(num))))
+    top = jax.lax.top_k(jnp.where(jnp.isnan(log_w), -jnp.inf, log_w), tail_len + 1)[0]
+    cutoff, tail = top[tail_len], top[:tail_len][::-1]
+    log_x = tail + _log1mexp(cutoff - tail)
+    no_tail = ~(top[0] - cutoff > EQUAL_WEIGHTS_RTOL * jnp.maximum(1.0, jnp.abs(top[0])))
+    return jnp.where(no_tail, -jnp.inf, _gpd_shape(log_x))
+
+
+def tail_limited_beta(
+    beta: jax.Array, log_w: jax.Array, log_likelihood: jax.Array, beta_ess: jax.Array, tail_k: float
+) -> tuple[jax.Array, jax.Array]:
+    """`(β′, limited)`: the largest of β + Δ · TAIL_SHRINK^j (j < TAIL_CANDIDATES, Δ = β_ess − β)
+    at which the weights since the last resampling, `log_w + (β′ − β) · log_likelihood`, have
+    `tail_index` ≤ `tail_k` (a NaN k̂ passes); `β_ess` itself when none does, as where the tail
+    is the log-likelihood's own and no step lightens it. `limited`: β′ < β_ess.
+
+    Example:
+        >>> ll = jnp.log(jax.random.pareto(jax.random.key(0), 1.0, (4096,)))  # tail index 1
+        >>> b, limited = tail_limited_beta(jnp.asarray(0.0), jnp.zeros(4096), ll, jnp.asarray(1.0), 0.35)
+        >>> bool(limited), bool(0.2 < float(b) < 0.4)
+        (True, True)
+    """
+    shrink = TAIL_SHRINK ** jnp.arange(TAIL_CANDIDATES, dtype=log_likelihood.dtype)
+    betas = beta + (beta_ess - beta) * shrink
+    betas = betas.at[0].set(beta_ess)
+    ks = jax.vmap(lambda b: tail_index(log_w + jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (b - beta) * log_likelihood)))(betas)
+    passes = (ks <= tail_k) | jnp.isnan(ks)
+    first = jnp.argmax(passes)
+    chosen = jnp.where(jnp.any(passes), betas[first], beta_ess)
+    return chosen, chosen < beta_ess
+
+
 def build_tempered_kernel(
     refine: Refine, resample: Resampler, settings: Settings, sharding: Optional[NamedSharding] = None
 ) -> Callable:
@@ -86,13 +172,17 @@ def build_tempered_kernel(
     when `resample`, a decision made in advance, says so; never at β′ = 1), then refine at β′
     (unless β′ = 1) and measure how much the moves moved."""
 
-    def tempered(key, pop: Population, beta_new, log_likelihood, resample_now=None) -> tuple[Population, StepInfo]:
+    def tempered(
+        key, pop: Population, beta_new, log_likelihood, resample_now=None, also_resample=None
+    ) -> tuple[Population, StepInfo]:
         k_resample, k_refine = jax.random.split(key)
         increment = jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (beta_new - pop.beta) * log_likelihood)
         pop, ess = reweight(pop, increment, sharding)
         last = beta_new >= 1.0
         if resample_now is None:
             resample_now = ess < settings.resample + ESS_ROUNDING
+        if also_resample is not None:
+            resample_now = resample_now | also_resample
         do_resample = resample_now & ~last
         pop = maybe_resample(pop, k_resample, do_resample, resample, sharding)
         before = pop.states.position
@@ -147,12 +237,17 @@ def build_kernel(
             pop = pop._replace(refine=pop.refine._replace(inv_mass=jnp.diag(pop.refine.inv_mass)))
         return pop
 
+    def choose_beta(beta, log_w, log_likelihood):
+        beta_ess = next_beta(beta, log_w, log_likelihood, settings.target_ess)
+        if TAIL_K is None:
+            return beta_ess, jnp.zeros((), bool)
+        return tail_limited_beta(beta, log_w, log_likelihood, beta_ess, TAIL_K)
+
     def adaptive(key, pop: Population) -> tuple[Population, StepInfo]:
         log_likelihood = log_likelihoods(pop, path, sharding)
-        beta_new = on_every_device(lambda *a: next_beta(*a, settings.target_ess), sharding)(
-            pop.beta, pop.log_w, log_likelihood
-        )
-        return tempered(key, pop, beta_new, log_likelihood)
+        beta_new, limited = on_every_device(choose_beta, sharding)(pop.beta, pop.log_w, log_likelihood)
+        # a step the tail limited resamples, so the next one starts from equal weights
+        return tempered(key, pop, beta_new, log_likelihood, also_resample=limited)
 
     def replay(key, pop: Population) -> tuple[Population, StepInfo]:
         k = pop.steps
