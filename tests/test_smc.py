@@ -447,6 +447,55 @@ def test_next_beta_hits_the_target_conditional_ess():
     assert float(smc.next_beta(beta, log_w, 1e-6 * log_like, 0.5)) == 1.0  # flat likelihood: one step
 
 
+def test_the_jax_tail_index_is_psis_pareto_k():
+    """`smc.tempering.tail_index` (the k̂ adaptive tempering's steps are chosen by, in jax) is
+    `stats.psis.pareto_k` to float32 precision, equal weights included."""
+    rng = np.random.default_rng(5)
+    for num in (100, 2048, 4096):
+        for log_w in (rng.normal(size=num), 3.0 * rng.normal(size=num), np.log1p(rng.pareto(1 / 0.7, num)),
+                      np.log1p(rng.pareto(1 / 0.3, num)) - 50.0, -rng.exponential(size=num)):
+            k = float(smc.tempering.tail_index(jnp.asarray(log_w, jnp.float32)))
+            assert k == pytest.approx(stats.pareto_k(log_w), abs=5e-4), (num, k)
+    assert float(smc.tempering.tail_index(jnp.zeros(100))) == -math.inf
+    assert float(smc.tempering.tail_index(jnp.r_[jnp.full(50, -jnp.inf), jnp.zeros(50)])) == -math.inf
+
+
+def test_a_step_is_shortened_until_its_weights_tail_is_light():
+    """Log-likelihoods whose exponential has tail index 1 (log of Pareto(1) draws): the ESS's step
+    to β′ = 1 gives weights of k̂ near 1; the chosen step is the longest candidate whose weights
+    have k̂ ≤ K, its index about K (the index of a step Δ from β = 0 is Δ · 1), and the next longer
+    candidate's is above K. Light log-likelihoods keep the ESS's step."""
+    tempering = smc.tempering
+    heavy = jnp.log(jax.random.pareto(jax.random.key(0), 1.0, (4096,)))
+    beta, zeros, cap = jnp.asarray(0.0), jnp.zeros(4096), 0.35
+    chosen, limited = tempering.tail_limited_beta(beta, zeros, heavy, jnp.asarray(1.0), cap)
+    assert bool(limited) and float(tempering.tail_index(heavy)) > 0.8
+    assert float(tempering.tail_index(float(chosen) * heavy)) <= cap
+    assert float(tempering.tail_index(float(chosen) / tempering.TAIL_SHRINK * heavy)) > cap
+    assert 0.2 < float(chosen) <= cap + 0.05
+    # Shortened only where the ESS's step reads k̂ above the trigger.
+    trigger = float(tempering.tail_index(heavy)) + 0.01
+    chosen, limited = tempering.tail_limited_beta(beta, zeros, heavy, jnp.asarray(1.0), cap, trigger)
+    assert not bool(limited) and float(chosen) == 1.0
+    # A tail of index 10 would need steps of 0.035: none is shorter than TAIL_MIN_STEP.
+    steep = 10.0 * heavy
+    chosen, limited = tempering.tail_limited_beta(beta, zeros, steep, jnp.asarray(1.0), cap)
+    assert bool(limited) and tempering.TAIL_MIN_STEP <= float(chosen) < 0.05
+    light = 0.5 * jax.random.normal(jax.random.key(1), (4096,))
+    chosen, limited = tempering.tail_limited_beta(beta, zeros, light, jnp.asarray(1.0), cap)
+    assert not bool(limited) and float(chosen) == 1.0
+
+
+def test_a_tail_that_no_step_lightens_keeps_the_ess_step():
+    """Where even the shortest candidate's weights are heavy (a log-likelihood with a heavy tail of
+    its own: its k̂ does not fall with the step), the ESS's step is kept and the verdict judges it."""
+    tempering = smc.tempering
+    log_like = jnp.asarray(np.random.default_rng(2).pareto(1 / 0.9, 4096) + 1.0, jnp.float32)
+    assert float(tempering.tail_index(1e-3 * log_like)) > 0.5
+    chosen, limited = tempering.tail_limited_beta(jnp.asarray(0.2), jnp.zeros(4096), log_like, jnp.asarray(0.3), 0.35)
+    assert not bool(limited) and float(chosen) == pytest.approx(0.3)
+
+
 @pytest.mark.parametrize("config", [
     SamplerConfig(sampler="uha", backward="ais", steps=4, resample=0.9, refine="mala"),
     SamplerConfig(backward="ais", adaptive=True, refine="hmc", leapfrog=2, resample=0.5, max_steps=16),

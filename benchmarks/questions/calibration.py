@@ -330,8 +330,11 @@ def main(argv=None) -> None:
                         help="the policy variant in which an ok pilot within --max-se is the answer "
                              "(mcd_cli.policy.settings.ANSWER_FROM_PILOT; the runs are in this process)")
     parser.add_argument("--tail-k", type=float, metavar="K",
-                        help="adaptive tempering's steps also keep the weights' Pareto k̂ at most K "
-                             "(mcd_cli.smc.tempering.TAIL_K; the runs are in this process)")
+                        help="adaptive tempering's steps also keep the weights' Pareto k̂ at most K where it "
+                             "would exceed --tail-trigger (mcd_cli.smc.tempering.TAIL_K; the runs are in this process)")
+    parser.add_argument("--tail-trigger", type=float, metavar="T",
+                        help="with --tail-k: shorten only the steps whose weights would read k̂ above T "
+                             "(mcd_cli.smc.tempering.TAIL_TRIGGER)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further mcd estimate options")
     parser.add_argument("--output", type=Path, default=RESULTS / "calibration_cpu.json")
     parser.add_argument("--table", type=Path, help="only print the table of an existing result file")
@@ -365,10 +368,13 @@ def main(argv=None) -> None:
         from mcd_cli.smc import tempering
 
         tempering.TAIL_K = args.tail_k
+        if args.tail_trigger is not None:
+            tempering.TAIL_TRIGGER = args.tail_trigger
     if args.corpus:
         args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
     variant = " --answer-from-pilot" if args.answer_from_pilot else ""
     variant += f" --tail-k {args.tail_k}" if args.tail_k is not None else ""
+    variant += f" --tail-trigger {args.tail_trigger}" if args.tail_trigger is not None else ""
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra) + variant})
     for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target
         for target in args.targets:

@@ -51,8 +51,17 @@ ESS_ROUNDING = 1e-3
 # 0.7^12 ≈ 1.4 % of it). A start whose weights have tail index k0 gives a step from β to β′ weights
 # of index (β′ − β)/(1/k0 − β): the step, not the ESS, sets how heavy the final weights' tail is.
 TAIL_K: Optional[float] = None
+# ... but only where the ESS's step would give weights of k̂ above TAIL_TRIGGER (the verdict's warn
+# threshold, `stats.psis.PARETO_K_WARN`): a step shortened forces a resampling, and one made at an
+# ESS/N near 1 leaves a population's genealogy variance estimate noisy (negative on 1-d posteriors
+# whose one-step weights read k̂ 0.35-0.5: corpus at 096a54f, TAIL_K 0.35, no trigger).
+TAIL_TRIGGER = 0.5
 TAIL_SHRINK = 0.7
 TAIL_CANDIDATES = 13
+# No candidate step is shorter than this (in β) unless the ESS's step is: where the start's tail
+# index is 1 (a Gaussian against an exponential tail) every step's weights have index 1 at any
+# length, so the rule would creep towards β = 1 forever; it adds at most 1/TAIL_MIN_STEP steps.
+TAIL_MIN_STEP = 0.02
 # As `stats.psis.EQUAL_WEIGHTS_RTOL`: log weights this close (relative) are one point mass, no tail.
 EQUAL_WEIGHTS_RTOL = 2.0**-17
 
@@ -140,12 +149,15 @@ def tail_index(log_w: jax.Array) -> jax.Array:
 
 
 def tail_limited_beta(
-    beta: jax.Array, log_w: jax.Array, log_likelihood: jax.Array, beta_ess: jax.Array, tail_k: float
+    beta: jax.Array, log_w: jax.Array, log_likelihood: jax.Array, beta_ess: jax.Array, tail_k: float,
+    trigger: Optional[float] = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """`(β′, limited)`: the largest of β + Δ · TAIL_SHRINK^j (j < TAIL_CANDIDATES, Δ = β_ess − β)
-    at which the weights since the last resampling, `log_w + (β′ − β) · log_likelihood`, have
-    `tail_index` ≤ `tail_k` (a NaN k̂ passes); `β_ess` itself when none does, as where the tail
-    is the log-likelihood's own and no step lightens it. `limited`: β′ < β_ess.
+    """`(β′, limited)`. Where the weights since the last resampling at the ESS's step, `log_w +
+    (β_ess − β) · log_likelihood`, have `tail_index` above `trigger` (default `tail_k`), the
+    largest of β + max(Δ · TAIL_SHRINK^j, min(Δ, TAIL_MIN_STEP)) (j < TAIL_CANDIDATES, Δ = β_ess −
+    β) at which they have k̂ ≤ `tail_k` (a NaN k̂ passes); else `β_ess`, also where no candidate
+    passes, as where the tail is the log-likelihood's own and no step lightens it. `limited`:
+    β′ < β_ess.
 
     Example:
         >>> ll = jnp.log(jax.random.pareto(jax.random.key(0), 1.0, (4096,)))  # tail index 1
@@ -153,13 +165,16 @@ def tail_limited_beta(
         >>> bool(limited), bool(0.2 < float(b) < 0.4)
         (True, True)
     """
+    trigger = tail_k if trigger is None else trigger
     shrink = TAIL_SHRINK ** jnp.arange(TAIL_CANDIDATES, dtype=log_likelihood.dtype)
-    betas = beta + (beta_ess - beta) * shrink
+    step = beta_ess - beta
+    betas = beta + jnp.maximum(step * shrink, jnp.minimum(step, TAIL_MIN_STEP))
     betas = betas.at[0].set(beta_ess)
     ks = jax.vmap(lambda b: tail_index(log_w + jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (b - beta) * log_likelihood)))(betas)
     passes = (ks <= tail_k) | jnp.isnan(ks)
     first = jnp.argmax(passes)
-    chosen = jnp.where(jnp.any(passes), betas[first], beta_ess)
+    keep = (ks[0] <= trigger) | jnp.isnan(ks[0]) | ~jnp.any(passes)
+    chosen = jnp.where(keep, beta_ess, betas[first])
     return chosen, chosen < beta_ess
 
 
@@ -241,7 +256,7 @@ def build_kernel(
         beta_ess = next_beta(beta, log_w, log_likelihood, settings.target_ess)
         if TAIL_K is None:
             return beta_ess, jnp.zeros((), bool)
-        return tail_limited_beta(beta, log_w, log_likelihood, beta_ess, TAIL_K)
+        return tail_limited_beta(beta, log_w, log_likelihood, beta_ess, TAIL_K, max(TAIL_TRIGGER, TAIL_K))
 
     def adaptive(key, pop: Population) -> tuple[Population, StepInfo]:
         log_likelihood = log_likelihoods(pop, path, sharding)
