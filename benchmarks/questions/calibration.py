@@ -318,6 +318,11 @@ def fill_z(study: Path, output: Path, shard: str) -> None:
         log(f"{key}: z {cell.get('stationarity_z')}, same log Z as the study: {same}")
 
 
+def _tail_k(text: str):
+    """`--tail-k`'s value: a number, or `off` (no tail-limited steps)."""
+    return "off" if text == "off" else float(text)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
@@ -329,9 +334,9 @@ def main(argv=None) -> None:
     parser.add_argument("--answer-from-pilot", action="store_true",
                         help="the policy variant in which an ok pilot within --max-se is the answer "
                              "(mcd_cli.policy.settings.ANSWER_FROM_PILOT; the runs are in this process)")
-    parser.add_argument("--tail-k", type=float, metavar="K",
-                        help="adaptive tempering's steps also keep the weights' Pareto k̂ at most K where it "
-                             "would exceed --tail-trigger (mcd_cli.smc.tempering.TAIL_K; the runs are in this process)")
+    parser.add_argument("--tail-k", type=_tail_k, metavar="K|off",
+                        help="adaptive tempering's steps keep the weights' Pareto k̂ at most K where it would "
+                             "exceed --tail-trigger, or `off` (mcd_cli.smc.tempering.TAIL_K; the runs are in this process)")
     parser.add_argument("--tail-trigger", type=float, metavar="T",
                         help="with --tail-k: shorten only the steps whose weights would read k̂ above T "
                              "(mcd_cli.smc.tempering.TAIL_TRIGGER)")
@@ -364,10 +369,11 @@ def main(argv=None) -> None:
         from mcd_cli.policy import settings
 
         settings.ANSWER_FROM_PILOT = True
-    if args.tail_k is not None:
+    if args.tail_k is not None or args.tail_trigger is not None:
         from mcd_cli.smc import tempering
 
-        tempering.TAIL_K = args.tail_k
+        if args.tail_k is not None:
+            tempering.TAIL_K = None if args.tail_k == "off" else args.tail_k
         if args.tail_trigger is not None:
             tempering.TAIL_TRIGGER = args.tail_trigger
     if args.corpus:
