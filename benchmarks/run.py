@@ -36,7 +36,7 @@ MODULE_RENDERERS = {
     "calibration": "calibration", "learned_smc": "learned_smc", "smc_vs_blackjax": "smc_vs_blackjax",
     "nice_tables": "nice_tables", "vae_table": "vae_table", "stats_calibration": "stats_calibration",
     "tail_rule": "tail_rule", "time_breakdown": "time_breakdown", "stop_rule": "stop_rule",
-    "tail_scale": "tail_scale", "effort_drift": "effort_drift",
+    "tail_scale": "tail_scale", "effort_drift": "effort_drift", "tools": "tools",
 }
 
 

@@ -33,6 +33,7 @@ from mcd_cli.targets.numpyro_model import is_model_target, prior_initial  # noqa
 ROOT = Path(__file__).resolve().parents[1] / "targets"
 PYMC_NN, NUMPYRO_NN = str(ROOT / "pymc" / "normal_normal.py"), str(ROOT / "numpyro" / "normal_normal.py")
 PYMC_BB, NUMPYRO_BB = str(ROOT / "pymc" / "beta_binomial.py"), str(ROOT / "numpyro" / "beta_binomial.py")
+PYMC_LR, NUMPYRO_LR = str(ROOT / "pymc" / "logreg_breast_cancer.py"), str(ROOT / "numpyro" / "logreg_breast_cancer.py")
 # Plain AIS, no training: the cheapest estimate (importance sampling for estimate and compare).
 AIS = ["--backward", "ais", "--iterations", "0", "--steps", "128", "--samples", "4096", "--init", "prior"]
 FLOAT_ATOL = 1e-3  # float32 densities; log Ẑ accumulated in float32 over K steps
@@ -64,6 +65,17 @@ def test_density_equals_the_numpyro_copy(examples, pymc, numpyro):
     np.testing.assert_allclose(
         np.asarray(jax.vmap(a.log_density)(x)), np.asarray(jax.vmap(b.log_density)(x)), rtol=2e-6, atol=2e-5
     )
+
+
+def test_logistic_regression_equals_the_numpyro_copy_and_the_bundled_target():
+    """targets/pymc/logreg_breast_cancer.py (the peers benchmark's PyMC regression, d = 31) is the
+    bundled YAML target's density, as its NumPyro copy is, and shares its reference log Z."""
+    a, b, c = (load_target(p) for p in (PYMC_LR, NUMPYRO_LR, str(ROOT / "logreg_breast_cancer.yaml")))
+    assert a.dim == b.dim == c.dim == 31 and a.log_z == b.log_z == c.log_z
+    x = 0.3 * jax.random.normal(jax.random.key(1), (8, 31))
+    values = [np.asarray(jax.vmap(t.log_density)(x), np.float64) for t in (a, b, c)]
+    np.testing.assert_allclose(values[0], values[1], rtol=1e-5)
+    np.testing.assert_allclose(values[0], values[2], rtol=1e-5)
 
 
 def test_beta_binomial_density_by_hand(examples):
