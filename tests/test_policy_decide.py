@@ -84,6 +84,21 @@ def test_with_answer_from_pilot_an_ok_pilot_within_max_se_is_the_answer(monkeypa
     assert warn.next.role == "pilot"
 
 
+def test_with_answer_from_pilot_a_pilot_the_forecasts_doubt_is_not_the_answer(monkeypatch):
+    """An `ok` pilot within --max-se is the answer only where a final run would have been made from
+    it: one whose stationarity z at the final run's size passes the margin (funnel seed 8 at 33bb012:
+    z −2.2 at 8,192, 0.41 low) raises the effort as before, and one just inside it is reported."""
+    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
+    first = pol.begin(_plan(), pol.Policy(max_se=0.1))
+    drifting = dataclasses.replace(_record("ok", 0.03), smc=({"stationarity_z": -2.2},))
+    decision = pol.decide(_ran(first, drifting), math.inf)
+    assert decision.next is not None and decision.next.role == "pilot"
+    assert "stationarity z at the final run's 16384 particles would be 3.1" in decision.state.stages[0].decision
+    steady = dataclasses.replace(_record("ok", 0.03), smc=({"stationarity_z": -1.7},))  # 2.4 at 16,384
+    answered = pol.decide(_ran(first, steady), math.inf)
+    assert answered.next is None and answered.state.chosen == 0
+
+
 def test_a_pilot_that_may_be_the_answer_is_tuned_as_a_final_run(monkeypatch):
     """A pilot's populations tune their moves from their own particles (biased, cheaper), unless the
     pilot may be the answer; a final run always tunes on a population of its own."""
@@ -93,3 +108,12 @@ def test_a_pilot_that_may_be_the_answer_is_tuned_as_a_final_run(monkeypatch):
     assert stage_plan(_plan(), first.next, 0).sconf.refine_tuning == "particles"
     monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
     assert stage_plan(_plan(), first.next, 0).sconf.refine_tuning == "pilot"
+
+
+def test_a_target_whose_gradient_is_not_finite_raises_no_effort():
+    """`gradient_nonfinite` is the target's code to mend: no more pilots, the final run at this effort
+    (whose own verdict then says `unreliable`)."""
+    first = pol.begin(_plan(), pol.Policy())
+    decision = pol.decide(_ran(first, _record("unreliable", None, "gradient_nonfinite")), math.inf)
+    assert decision.next.role == "final" and decision.next.effort == first.next.effort
+    assert "not finite where its density is" in decision.state.stages[0].decision
