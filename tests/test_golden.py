@@ -36,6 +36,7 @@ CASES = [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.st
 NEW_FIELDS = {
     "reason_codes", "policy", "checkpoint_failures", "pareto_k_populations", "train_with", "refine_tuning", "schedule_start",
     "stuck_particles", "pareto_k_pooled", "method", "moves", "temperatures", "max_seconds", "min_updates", "tail_shortfall_populations",
+    "nonfinite_gradients",
 }
 
 

@@ -52,6 +52,25 @@ def test_nan_and_plus_inf_are_counted_with_an_example():
         report.raise_if_failed()
 
 
+def test_a_gradient_that_overflows_beyond_the_initial_draws_fails_the_check():
+    """A density whose gradient is NaN only where |x0| > 2.5 (rare at the initial draws, common at
+    3× their scale, where the samplers' moves go): the check fails and says where."""
+
+    @jax.custom_jvp
+    def log_density(x):
+        return -0.5 * jnp.sum(x * x)
+
+    @log_density.defjvp
+    def _jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return log_density(x), jnp.dot(jnp.where(jnp.abs(x[0]) > 2.5, jnp.nan, -x), t)
+
+    report = check(Target.create(log_density, dim=2, name="overflow"), num_points=16)
+    assert not report.ok and report.num_bad_gradients > 0
+    assert "drawn at 3× the initial scale" in report.problems[0]
+    assert check(Target.create(lambda x: -0.5 * jnp.sum(x * x), dim=2), num_points=16).ok
+
+
 def test_non_finite_gradient_where_the_density_is_finite():
     report = check(Target.create(lambda x: jnp.sum(jnp.sqrt(jnp.abs(x))), dim=2, name="cusp"), num_points=4)
     assert report.ok  # finite gradients at random points

@@ -84,6 +84,14 @@ def _spread(log_z: list[float]) -> tuple[float, float]:
     return top + math.log(mean), se
 
 
+def _flatten(value):
+    if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) > 0:
+        for v in value:
+            yield from _flatten(v)
+    else:
+        yield value
+
+
 def one_pymc(path: Path, seed: int) -> dict:
     t0 = time.perf_counter()
     import pymc as pm
@@ -95,10 +103,12 @@ def one_pymc(path: Path, seed: int) -> dict:
                           progressbar=False, compute_convergence_checks=False)
     lml = idata.sample_stats["log_marginal_likelihood"].values
     chains, stages = [], []
-    for row in lml.reshape(lml.shape[0], -1):  # each chain's stages; the last finite one is its estimate
-        finite = [float(v) for v in row if v is not None and math.isfinite(float(v))]
-        chains.append(finite[-1])
-        stages.append(len(finite))
+    # (chain, stage), NaN before the last stage; where the chains took different numbers of stages
+    # PyMC keeps one list per chain instead (an object array of another shape)
+    for row in (lml if lml.shape[0] == s["chains"] else lml.ravel()):
+        flat = [float(v) for v in _flatten(row) if v is not None and math.isfinite(float(v))]
+        chains.append(flat[-1])  # the last stage's is the chain's estimate
+        stages.append(len(flat))
     log_z, se = _spread(chains)
     return {"log_z": log_z, "stderr": se, "chains_log_z": chains, "load_seconds": load,
             "sample_seconds": time.perf_counter() - t0 - load, "stages": stages}

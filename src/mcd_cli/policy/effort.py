@@ -35,6 +35,9 @@ TRAINED_BY = {"is": "by importance sampling", "smc": "with SMC in the loop"}
 # SMC moves them (more or longer moves of the same step size), nor did training (docs/policy.md);
 # a change of variables by a fitted flow does (`init.flow`), so it comes first.
 STUCK = frozenset({"moves_stuck"})
+# A gradient that is not finite where the density is: a property of the target's code, which no
+# effort or change of variables of ours mends (the verdict says how to check it).
+BROKEN = frozenset({"gradient_nonfinite"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +156,8 @@ def escalate(
     from a start the user chose, or where no flow can be fitted (`can_transport` False: a
     conditional target's start is one per datum), they raise nothing, and once the other reasons have nothing left
     to raise, the final run is made at the effort reached."""
+    if codes & BROKEN:
+        return None, "the target's gradient is not finite where its density is: no effort mends that"
     cap = MAX_POPULATION_FACTOR * population_size(plan.num_samples, plan.particles, plan.target.dim)
     moves, ess, population, leapfrog = effort.moves, effort.target_ess, effort.population, effort.leapfrog
     stuck, codes = bool(codes & STUCK), set(codes) - STUCK

@@ -92,6 +92,12 @@ _TEXTS: dict[str, Union[str, Callable[..., str]]] = {
         "neck), so those regions are represented by too few particles and the estimate can be biased far beyond "
         "its standard error; a reparameterisation (non-centred scales) or a better-placed --init"
     ),
+    "gradient_nonfinite": lambda fraction: (
+        f"the target's gradient is not finite at {100 * fraction:.2g} % of the points about the final particles "
+        "where its density is finite, so the moves cannot enter that part of the target and the estimate can miss "
+        "its mass by any amount, with every other check passing; `mcd check FILE` shows such a point (a "
+        "likelihood whose derivative overflows in float32: write it with log-sigmoid or softplus)"
+    ),
     "repeats_disagree": lambda replicate_stderr, delta_stderr, z: (
         f"repeats scatter {'more' if z > 0 else 'less'} than each run claims: replicate SE "
         f"{replicate_stderr:.3g} vs delta SE {delta_stderr:.3g} ({abs(z):.1f} combined sd apart)"

@@ -97,10 +97,11 @@ def estimate_smc(
     )
 
 
-def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float, float]]:
+def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float, float, float]]:
     """The populations' stationarity tests (`smc.stationarity`) pooled: the mean drift of log γ
-    over the populations, its z score (their standard errors combined as independent) and the mean
-    weight of their stuck particles; None when the runs made no refinement moves."""
+    over the populations, its z score (their standard errors combined as independent), the mean
+    weight of their stuck particles and the mean share of points about them where the gradient is not
+    finite though the density is; None when the runs made no refinement moves."""
     if outputs[0].drift is None:
         return None
     m = np.array([float(o.drift[0]) for o in outputs])
@@ -109,7 +110,8 @@ def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float, floa
     pooled_se = math.sqrt(float(np.sum(se * se))) / len(m)
     mean = float(np.mean(m))
     stuck = float(np.mean([float(o.drift[2]) for o in outputs]))
-    return mean, (mean / pooled_se if pooled_se > 0 else 0.0), stuck
+    nonfinite = float(np.mean([float(o.drift[3]) for o in outputs]))
+    return mean, (mean / pooled_se if pooled_se > 0 else 0.0), stuck, nonfinite
 
 
 def estimate_populations(
@@ -193,13 +195,13 @@ def judge_populations(
     merged = population_verdict(merged, len(outputs))
     drift = stationarity_of(outputs)
     if drift is not None:
-        merged = stationarity_verdict(merged, *drift, stationarity_moves(s))
+        merged = stationarity_verdict(merged, *drift[:3], stationarity_moves(s), nonfinite=drift[3])
     return merged, mixing, drift
 
 
 def population_diagnostics(
     s: SamplerConfig, population: int, estimates: list, outputs: list, mixing: Optional[float],
-    drift: Optional[tuple[float, float, float]],
+    drift: Optional[tuple[float, float, float, float]],
 ) -> dict:
     """The record's `smc` section of the runs (its `log_z_is*` None: `importance_diagnostics`):
     the settings, each run's outcome, and the first run's trace."""
@@ -228,6 +230,7 @@ def population_diagnostics(
         "stationarity_drift": None if drift is None else drift[0],
         "stationarity_z": None if drift is None else drift[1],
         "stuck_particles": None if drift is None else drift[2],
+        "nonfinite_gradients": None if drift is None else drift[3],
         "stationarity_moves": extra_moves,
         "resampled_steps": [i + 1 for i in range(k) if bool(first.trace.resampled[i])],
         "log_z_is": None,

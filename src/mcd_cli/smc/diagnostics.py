@@ -71,6 +71,11 @@ def stationarity_moves(refine_steps: int) -> int:
     return max(STATIONARITY_MOVES, STATIONARITY_TEMPERATURES * refine_steps)
 
 
+# The stationarity test also evaluates the gradient at the final particles spread this much about
+# their weighted mean: a correct target's gradient is finite wherever its density is.
+GRADIENT_PROBE = 2.0
+
+
 def stationarity(
     pop: Population,
     key: jax.Array,
@@ -79,11 +84,12 @@ def stationarity(
     evaluate: Callable,
     settings: Settings,
     sharding: Optional[NamedSharding] = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Is the final population at equilibrium? `(m, z, stuck)`: the weighted mean change `m` of
-    log γ(x) over `stationarity_moves(settings.refine_steps)` refinement moves at β = 1, `z = m /
-    se(m)`, and the weight of the particles whose moves accepted less than `STUCK_ACCEPTANCE` on
-    average.
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Is the final population at equilibrium? `(m, z, stuck, nonfinite)`: the weighted mean change
+    `m` of log γ(x) over `stationarity_moves(settings.refine_steps)` refinement moves at β = 1, `z =
+    m / se(m)`, the weight of the particles whose moves accepted less than `STUCK_ACCEPTANCE` on
+    average, and the share of the points `x̄ + GRADIENT_PROBE · (x_i − x̄)` (the particles spread
+    about their weighted mean) where log γ is finite and its gradient is not.
 
     A γ-invariant kernel leaves E_γ[log γ(x)] unchanged, so a population that represents γ shows
     no drift beyond noise. One that the moves have not mixed (a funnel's neck never entered, a
@@ -97,6 +103,11 @@ def stationarity(
     Stuck particles are what a drift cannot show: where one step size cannot suit every region of
     γ (a funnel's neck), the particles there reject nearly every move, so they neither drift nor
     spread, and the region's mass is represented by too few of them (docs/method.md, "Stuck moves").
+    A gradient that is not finite where the density is, is what neither can show: every move into
+    such a region is rejected, so the particles never enter it and its mass is missing from Ẑ, with
+    no drift, no stuck particle and light weights (a PyMC logistic regression whose float32
+    gradient overflows: 10 nats low, `ok`). The particles themselves sit where the gradient is
+    finite; the points around them show the region they were kept out of.
     """
     extra = settings._replace(refine_steps=stationarity_moves(settings.refine_steps))
     one = jnp.ones((), pop.log_w.dtype)
@@ -105,6 +116,10 @@ def stationarity(
     states, accepts = adaptation.move_population(pop, key, one, kernel, path, evaluate, moving, extra, sharding)
     delta = replicate(states.log_target - pop.states.log_target, sharding)
     w = normalised(pop.log_w)
+    x = pop.states.position
+    centre = jnp.sum(jnp.where(w[:, None] > 0, w[:, None] * x, 0.0), axis=0)
+    value, grad = jax.vmap(evaluate)(centre + GRADIENT_PROBE * (x - centre))
+    nonfinite = jnp.mean((jnp.isfinite(value) & ~jnp.all(jnp.isfinite(grad), axis=-1)).astype(w.dtype))
     stuck = jnp.sum(jnp.where(replicate(jnp.mean(accepts, axis=0), sharding) < STUCK_ACCEPTANCE, w, 0.0))
     finite = jnp.isfinite(delta) & (w > 0)
     delta = jnp.where(finite, delta, 0.0)
@@ -112,4 +127,4 @@ def stationarity(
     w = w / jnp.maximum(jnp.sum(w), jnp.finfo(w.dtype).tiny)
     m = jnp.sum(w * delta)
     se = jnp.sqrt(jnp.sum(w * w * (delta - m) ** 2))
-    return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0), stuck
+    return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0), stuck, nonfinite

@@ -63,6 +63,7 @@ CODES: dict[str, tuple[str, ...]] = {
     "moves_barely_move": ("correlation",),
     "not_at_equilibrium": ("moves", "drift", "z"),
     "moves_stuck": ("fraction", "moves"),
+    "gradient_nonfinite": ("fraction",),  # points about the final particles: finite density, gradient not
     # Repeats (`repeats.combine_estimates`):
     "repeats_disagree": ("replicate_stderr", "delta_stderr", "z"),
     # The default policy (`mcd_cli.policy`): the final run's effort had an `unreliable` pilot.

@@ -59,6 +59,12 @@ STATIONARITY_WARN = 3.0
 # student_t3, laplace, many_well, logreg_breast_cancer, brownian_motion; nice_flow 0.13-0.21 %
 # (docs/method.md, "Stuck moves").
 STUCK_WARN = 0.005
+# Above this share of the points about the final particles (`smc.stationarity`) where log γ is
+# finite and its gradient is not, the moves cannot enter part of the target and its mass may be
+# missing: `unreliable`. A correct target gives none; the PyMC logistic regression whose float32
+# gradient is NaN over most of its posterior gave 10 nats low with every other check passing
+# (docs/method.md, "A gradient that is not finite").
+NONFINITE_GRADIENTS = 1e-3
 
 # Adaptive tempering's populations' final weights are measurements of one tail (the same replayed
 # schedule and moves, independent keys): `tail_verdict` judges the mean of their k̂s, and flags a
@@ -444,11 +450,14 @@ def mixing_verdict(estimate: Estimate, correlation: Optional[float]) -> Estimate
     return _flag(estimate, reason, Status.WARN if correlation <= MIXING_BAD else Status.UNRELIABLE)
 
 
-def stationarity_verdict(estimate: Estimate, drift: float, z: float, stuck: float, moves: int) -> Estimate:
+def stationarity_verdict(
+    estimate: Estimate, drift: float, z: float, stuck: float, moves: int, nonfinite: float = 0.0
+) -> Estimate:
     """The estimate with the verdict of the stationarity test: at most `warn` when |z| exceeds
     `STATIONARITY_WARN`, or when stuck particles carry more than `STUCK_WARN` of the weight;
-    unchanged otherwise. `moves`: how many extra moves the test made (a parameter of the reasons;
-    `smc.stationarity_moves`).
+    `unreliable` when the gradient is not finite at more than `NONFINITE_GRADIENTS` of the points
+    about the final particles where the density is; unchanged otherwise. `moves`: how many extra moves the test made (a
+    parameter of the reasons; `smc.stationarity_moves`).
 
     Example:
         >>> e = Estimate(0.0, 0.1, "replicates", 0.1, 0.01, 0.0, 100.0, 100, 0.1)
@@ -456,11 +465,16 @@ def stationarity_verdict(estimate: Estimate, drift: float, z: float, stuck: floa
         ('warn', 'ok')
         >>> [r.code for r in stationarity_verdict(e, 0.01, 1.0, 0.02, 20).reasons]
         ['moves_stuck']
+        >>> stationarity_verdict(e, 0.01, 1.0, 0.0, 20, nonfinite=0.01).status.value
+        'unreliable'
     """
     if math.isfinite(z) and abs(z) > STATIONARITY_WARN:
         estimate = _flag(estimate, Reason("not_at_equilibrium", {"moves": int(moves), "drift": float(drift), "z": float(z)}))
     if math.isfinite(stuck) and stuck > STUCK_WARN:
         estimate = _flag(estimate, Reason("moves_stuck", {"fraction": float(stuck), "moves": int(moves)}))
+    if math.isfinite(nonfinite) and nonfinite > NONFINITE_GRADIENTS:
+        reason = Reason("gradient_nonfinite", {"fraction": float(nonfinite)})
+        estimate = _flag(estimate, reason, Status.UNRELIABLE)
     return estimate
 
 
