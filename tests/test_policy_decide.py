@@ -111,9 +111,9 @@ def test_a_pilot_that_may_be_the_answer_is_tuned_as_a_final_run(monkeypatch):
 
 
 def test_a_target_whose_gradient_is_not_finite_raises_no_effort():
-    """`gradient_nonfinite` is the target's code to mend: no more pilots, the final run at this effort
-    (whose own verdict then says `unreliable`)."""
+    """`gradient_nonfinite` is the target's code to mend: no more pilots and no final run, the pilot's
+    `unreliable` verdict is reported."""
     first = pol.begin(_plan(), pol.Policy())
     decision = pol.decide(_ran(first, _record("unreliable", None, "gradient_nonfinite")), math.inf)
-    assert decision.next.role == "final" and decision.next.effort == first.next.effort
-    assert "not finite where its density is" in decision.state.stages[0].decision
+    assert decision.next is None and decision.stopped == "plan" and decision.state.chosen == 0
+    assert "not finite where its density is: reported" in decision.state.stages[0].decision

@@ -477,6 +477,9 @@ def test_stationarity_finds_where_the_gradient_is_not_finite():
     flagged = stats.stationarity_verdict(e, *map(float, broken[:3]), 75, nonfinite=float(broken[3]))
     assert flagged.status.value == "unreliable" and flagged.log_z_stderr is None
     assert "gradient_nonfinite" in [r.code for r in flagged.reasons]
+    from mcd_cli.record.messages import advice
+
+    assert advice(flagged).startswith("mend the target's gradient first")
 
 
 def test_next_beta_hits_the_target_conditional_ess():

@@ -23,7 +23,7 @@ import math
 from typing import Any, Literal, Optional
 
 from mcd_cli.errors import TooSlow
-from mcd_cli.policy.effort import Effort, escalate, first_effort
+from mcd_cli.policy.effort import BROKEN, Effort, escalate, first_effort
 from mcd_cli.policy.forecasts import doubling_too_short, mixing_stalled, predicts_ok, tails_stalled
 from mcd_cli.policy import settings
 from mcd_cli.policy.settings import LEARN_MIN_SECONDS, LEARN_MIN_UPDATES, LEARN_SHARE, PILOT_POPULATIONS, Policy
@@ -120,6 +120,11 @@ def _after_pilot(state: State, left: float) -> Decision:
     stalled = paired and mixing_stalled(stages[-2], pilot_stage)
     thin = paired and tails_stalled(stages[-2], pilot_stage)
     reasons, usable, status, heavy, doubted = codes(pilot), pilot.status == "ok", pilot.status, False, False
+    if reasons & BROKEN:
+        # The target's gradient is not finite where its density is: no run of ours can be right
+        # there, so the pilot's `unreliable` verdict is the answer, without a final run.
+        state = dataclasses.replace(state, chosen=pilot_stage.index)
+        return Decision(state.noted(f"pilot {status}: the target's gradient is not finite where its density is: reported"))
     if usable:  # an `ok` pilot must predict an `ok` final run, of the size it will have
         n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se, size_cap)
         more, doubt = predicts_ok(pilot, n_pilot, _fitted(state, effort, n, n_pilot, left), effort.population)

@@ -174,6 +174,11 @@ def advice(result: Union[Estimate, Combined]) -> str:
             f"{nonfinite:.0%} of the weights are NaN or +inf: use smaller steps (more --steps), "
             "check the target with `mcd check`, or train longer (--iterations)"
         )
+    if any(r.code == "gradient_nonfinite" for r in result.reasons):
+        return (
+            "mend the target's gradient first (`mcd check FILE` shows a point where it is not finite): "
+            "no sampler setting reaches where it fails"
+        )
     if result.status is Status.UNRELIABLE:
         return "the sampler does not cover the target: " + _COVER
     if result.status is Status.WARN:
