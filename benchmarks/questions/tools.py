@@ -75,15 +75,6 @@ def _module(path: Path):
     return module
 
 
-def _spread(log_z: list[float]) -> tuple[float, float]:
-    """log of the mean of the Ẑ_j and the delta-method SE of it from their spread."""
-    top = max(log_z)
-    rel = [math.exp(v - top) for v in log_z]
-    mean = sum(rel) / len(rel)
-    se = statistics.stdev([r / mean for r in rel]) / math.sqrt(len(rel))
-    return top + math.log(mean), se
-
-
 def _flatten(value):
     if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) > 0:
         for v in value:
@@ -109,9 +100,10 @@ def one_pymc(path: Path, seed: int) -> dict:
         flat = [float(v) for v in _flatten(row) if v is not None and math.isfinite(float(v))]
         chains.append(flat[-1])  # the last stage's is the chain's estimate
         stages.append(len(flat))
-    log_z, se = _spread(chains)
-    return {"log_z": log_z, "stderr": se, "chains_log_z": chains, "load_seconds": load,
-            "sample_seconds": time.perf_counter() - t0 - load, "stages": stages}
+    # log Ẑ and its error bar from the chains are computed by the runner (`_chains_estimate`), so this
+    # process imports nothing of mcd's
+    return {"chains_log_z": chains, "load_seconds": load, "sample_seconds": time.perf_counter() - t0 - load,
+            "stages": stages}
 
 
 def one_blackjax(path: Path, seed: int) -> dict:
@@ -197,12 +189,26 @@ def _run_cell(tool: str, path: Path, seed: int, core: int, timeout: float) -> di
     if done.returncode not in (0, 3):  # mcd exits 3 for an unreliable estimate, which is still a result
         return {"failed": f"exit {done.returncode}: {done.stderr.strip()[-300:]}", "wall_seconds": round(wall, 3)}
     rec = json.loads(done.stdout.strip().splitlines()[-1])
+    if tool == "pymc":
+        rec.update(_chains_estimate(rec["chains_log_z"]))
     if tool == "mcd":
         rec = {"log_z": rec["log_z"], "stderr": rec["log_z_stderr"], "status": rec["status"],
                "reasons": rec.get("reasons"),
                "stages": [[st.get("role"), st.get("status"), st.get("seconds")] for st in (rec.get("policy") or {}).get("stages", [])],
                "start_seconds": rec.get("start_seconds")}
     return {**rec, "wall_seconds": round(wall, 3), "core": core}
+
+
+def _chains_estimate(chains_log_z: list[float]) -> dict:
+    """PyMC's chains as mcd's populations are combined: log of the mean of their Ẑ_j, and the
+    delta-method SE from their spread (`stats.smc.population_spread`)."""
+    import numpy as np
+    from scipy.special import logsumexp
+
+    from mcd_cli.stats.smc import population_spread
+
+    log_z = np.asarray(chains_log_z, np.float64)
+    return {"log_z": float(logsumexp(log_z) - math.log(log_z.size)), "stderr": population_spread(log_z)[0]}
 
 
 def reference(path: Path) -> float:

@@ -75,6 +75,11 @@ class CheckReport:
             raise TargetError(f"{self.name}: {self.problems[0]}{more}")
 
 
+def _bad_gradients(values: np.ndarray, grads: np.ndarray) -> np.ndarray:
+    """Where the density is finite and its gradient is not."""
+    return np.isfinite(values) & ~np.all(np.isfinite(grads), axis=-1)
+
+
 def _show(x: np.ndarray, head: int = 4) -> str:
     values = ", ".join(f"{v:.4g}" for v in x[:head])
     return f"[{values}, ... ({x.size} values)]" if x.size > head else f"[{values}]"
@@ -130,10 +135,12 @@ def _fallback(
 WIDE = 3.0
 
 
-def _wide_gradients(report: CheckReport, batched: Callable, target: Target, noise: jax.Array, dtype: Any) -> None:
+def _wide_gradients(report: CheckReport, compiled: Callable, target: Target, noise: jax.Array, dtype: Any) -> None:
+    """The gradient at the same draws at `WIDE` × the initial scale, by the program that evaluated
+    the first ones (same shape, no second compilation)."""
     xs = jnp.asarray(target.initial_mean, dtype) + WIDE * jnp.asarray(target.initial_scale, dtype) * noise
-    values, grads = (np.asarray(v) for v in jax.block_until_ready(batched(xs)))
-    bad = np.isfinite(values) & ~np.all(np.isfinite(grads), axis=-1)
+    values, grads = (np.asarray(v) for v in jax.block_until_ready(compiled(xs)))
+    bad = _bad_gradients(values, grads)
     if bad.any():
         report.num_bad_gradients = int(bad.sum())
         report.problems.append(
@@ -174,6 +181,7 @@ def check(target: Target, num_points: int = 64, seed: int = 0) -> CheckReport:
     xs = jnp.asarray(target.initial_mean, dtype) + jnp.asarray(target.initial_scale, dtype) * noise
 
     batched = jax.jit(jax.vmap(jax.value_and_grad(f)))
+    compiled = None  # the batched program, where it compiles (else `_fallback` diagnoses why not)
     try:
         start = time.perf_counter()
         compiled = batched.lower(xs).compile()
@@ -202,14 +210,14 @@ def check(target: Target, num_points: int = 64, seed: int = 0) -> CheckReport:
                 "move the initial distribution onto the target's support"
             )
         if grads is not None:
-            bad = np.isfinite(values) & ~np.all(np.isfinite(grads), axis=-1)
+            bad = _bad_gradients(values, grads)
             report.num_bad_gradients = int(bad.sum())
             if bad.any():
                 report.problems.append(
                     f"the gradient is not finite at {report.num_bad_gradients} of {num_points} points "
                     f"where log_density is finite, e.g. x = {_show(points[np.argmax(bad)])}"
                 )
-            elif report.jit_ok and report.vmap_ok:
-                _wide_gradients(report, batched, target, noise, dtype)
+            elif compiled is not None:
+                _wide_gradients(report, compiled, target, noise, dtype)
     report.ok = not report.problems
     return report
