@@ -7,6 +7,7 @@ replicate studies `vmap` whole SMC runs over keys, so each is one compiled call.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -703,3 +704,64 @@ def test_move_correlation_and_its_verdict():
     bad = stats.mixing_verdict(e, 0.8)
     assert bad.status.value == "unreliable" and bad.log_z_stderr is None and bad.log_z_stderr_method == "none"
     assert bad.reasons[-1].code == "moves_barely_move"
+
+
+def test_efforts_that_differ_in_their_aims_share_one_compiled_program_and_give_its_own_runs():
+    """Adaptive tempering's aims (`target_ess`, `resample`) and who tunes the refinement are the
+    compiled program's arguments, not its constants (`smc_kernels.program_config`): the default
+    policy's raises of the conditional ESS and its final run reuse the pilot's program. Each
+    configuration's run through the shared program is, bit for bit, the run of a program built for
+    it alone, tuning and replay."""
+    from mcd_cli.run import smc_kernels as sk
+
+    first = SamplerConfig(backward="ais", adaptive=True, refine="hmc", leapfrog=1, resample=0.5, target_ess=0.5,
+                          max_steps=16, refine_steps=2, refine_tuning="particles")
+    raised = dataclasses.replace(first, resample=0.9, target_ess=0.9, refine_tuning="pilot")
+    params = annealing.init_params(jax.random.key(0), TARGET, first)
+    key = jax.random.key(7)
+    sk._program.cache_clear()
+    shared = [sk.compiled(TARGET, c, 32) for c in (first, raised)]
+    assert sk._program.cache_info().misses == 1 and sk._program.cache_info().hits == 1
+    steps = []
+    for config, run in zip((first, raised), shared):
+        mine = run(params, key)
+        steps.append(int(mine.steps))
+        if config is raised:  # the raised effort against a program of its own, tuning and replay
+            alone = jax.jit(lambda p, k, f=None, c=config: run_smc(k, p, TARGET, c, 32, frozen=f))
+            own = alone(params, key)
+            assert float(mine.log_z) == float(own.log_z) and int(mine.steps) == int(own.steps)
+            np.testing.assert_array_equal(np.asarray(mine.log_w), np.asarray(own.log_w))
+            replayed = run(params, jax.random.key(8), mine.tuning)
+            assert float(replayed.log_z) == float(alone(params, jax.random.key(8), own.tuning).log_z)
+    # the two aims give two different runs: the aims reach the program
+    assert steps[0] < steps[1]
+
+
+def test_a_fitted_start_is_the_compiled_programs_argument_not_its_constant():
+    """A start fitted to the target (whitening by its mean and Cholesky factor, then Tukey tails) is
+    different at every seed; the compiled SMC program takes those arrays as arguments
+    (`Target.constants`, `rebuilt`), so two seeds' starts give one program text, which the persistent
+    compilation cache then holds, and the program's run is the run of the target as built."""
+    from mcd_cli.run import smc_kernels as sk
+    from mcd_cli.targets.transforms import heavy_tailed, whiten
+
+    config = SamplerConfig(backward="ais", adaptive=True, refine="hmc", leapfrog=1, resample=0.5, target_ess=0.5,
+                           max_steps=16, refine_steps=2)
+    params = annealing.init_params(jax.random.key(0), TARGET, config)
+    rng = np.random.default_rng(0)
+    starts = []
+    for _ in range(2):
+        chol = np.tril(rng.normal(size=(DIM, DIM)) * 0.1) + np.diag(rng.uniform(0.5, 1.5, DIM))
+        starts.append(heavy_tailed(whiten(TARGET, rng.normal(size=DIM), chol), rng.uniform(0.05, 0.2, DIM),
+                                   rng.uniform(0.05, 0.2, DIM)))
+    texts = []
+    for start in starts:
+        program = sk._program(start, sk.program_config(config), 32, True, None)
+        texts.append(program.lower(params, jax.random.key(1), None, (0.5, 0.5), start.constants).as_text())
+        u = jnp.asarray(rng.normal(size=DIM), jnp.float32)
+        assert float(start.rebuilt(start.constants).log_density(u)) == float(start.log_density(u))
+    assert texts[0] == texts[1]
+    start = starts[0]
+    mine = sk.compiled(start, config, 32)(params, jax.random.key(1))
+    own = jax.jit(lambda p, k: run_smc(k, p, start, config, 32))(params, jax.random.key(1))
+    np.testing.assert_allclose(float(mine.log_z), float(own.log_z), rtol=1e-5)

@@ -2,7 +2,9 @@
 
 For each target, `mcd estimate TARGET --seed S --json --quiet` runs as a whole process twice in a
 row with the compilation cache in a new, empty folder: `cold` fills it, `warm` (a fresh process,
-the same programs) loads from it. The wall time is measured around the process; the record gives
+the same programs) loads from it; then `other seed` runs the same target at seed S + 1 with that
+cache, as a user's next run of a model does (its start is fitted afresh, so its programs are the
+same only where the start's arrays are the programs' arguments, not their constants). The wall time is measured around the process; the record gives
 the rest (docs/json.md): `import_seconds`, the start's seconds and its compile seconds, and each
 policy stage's seconds and compile seconds (`runtime.compile_clock`: the union of JAX's trace,
 lowering and compile spans). What no field holds (the interpreter's start, writing the output,
@@ -78,30 +80,35 @@ def main(argv=None) -> None:
             with tempfile.TemporaryDirectory(prefix="mcd-cache-") as cache:
                 cold = one_process(target, seed, Path(cache))
                 warm = one_process(target, seed, Path(cache)) if "failed" not in cold else cold
-            if "failed" in cold or "failed" in warm:
-                out.add(key, {"failed": cold.get("message") or warm.get("message")})
+                other = one_process(target, seed + 1, Path(cache)) if "failed" not in warm else warm
+            if any("failed" in r for r in (cold, warm, other)):
+                out.add(key, {"failed": cold.get("message") or warm.get("message") or other.get("message")})
                 continue
-            cell = {"cold": breakdown(cold), "warm": breakdown(warm)}
+            cell = {"cold": breakdown(cold), "warm": breakdown(warm), "other_seed": breakdown(other)}
             cell["warm_over_cold"] = round(warm["wall"] / cold["wall"], 3)
+            cell["other_seed_over_cold"] = round(other["wall"] / cold["wall"], 3)
             out.add(key, cell)
-            log(f"{key}: cold {cold['wall']:.1f} s, warm {warm['wall']:.1f} s ({cell['warm_over_cold']:.2f})")
+            log(f"{key}: cold {cold['wall']:.1f} s, warm {warm['wall']:.1f} s ({cell['warm_over_cold']:.2f}), "
+                f"seed {seed + 1} {other['wall']:.1f} s ({cell['other_seed_over_cold']:.2f})")
     print(render(out.data))
 
 
 def render(data: dict) -> str:
     head = ("| target | process | wall s | import | start (compile) | stages: seconds (compile) | compile | run "
-            "| other | status | warm/cold |")
+            "| other | status | /cold |")
     rows = [head, "|" + "---|" * 11]
     for key, cell in data["cells"].items():
         if "failed" in cell:
             rows.append(f"| {key} | failed: {cell['failed']} |" + " |" * 9)
             continue
-        for which in ("cold", "warm"):
+        for which in ("cold", "warm", "other_seed"):
+            if which not in cell:  # a cell measured before the other seed's run existed
+                continue
             b = cell[which]
             stages = ", ".join(f"{s['role']} {s['seconds']:.1f} ({s['compile']:.1f})" for s in b["stages"]) or "-"
-            ratio = f"{cell['warm_over_cold']:.2f}" if which == "warm" else ""
+            ratio = f"{cell[which + '_over_cold']:.2f}" if which != "cold" else ""
             rows.append(
-                f"| {key} | {which} | {b['wall']:.1f} | {b['import']:.1f} | {b['start']:.1f} ({b['start_compile']:.1f}) "
+                f"| {key} | {which.replace('_', ' ')} | {b['wall']:.1f} | {b['import']:.1f} | {b['start']:.1f} ({b['start_compile']:.1f}) "
                 f"| {stages} | {b['compile']:.1f} | {b['run']:.1f} | {b['other']:.1f} | {b['status']} | {ratio} |"
             )
     return "\n".join(rows) + "\n"

@@ -56,7 +56,10 @@ def fit_initial(
     if method == "vi":
         return vi(target, k_fit, steps=vi_steps, restarts=restarts, check_samples=check_samples)
     k_runs, k_best = jax.random.split(k_fit)
-    runs = _vi_runs(target, k_runs, int(vi_steps), 16, 0.1, int(restarts))
+    try:
+        runs = _vi_runs(target, k_runs, int(vi_steps), 16, 0.1, int(restarts))
+    except ValueError as err:
+        return _laplace_instead(target, jax.random.fold_in(k_fit, 2), str(err), max_steps, restarts, check_samples)
     best = _vi_fit(target, runs, k_best, check_samples)
     if best.modes == 1:
         best = best._replace(method="auto:vi")
@@ -89,3 +92,20 @@ def fit_initial(
     return InitFit(
         "auto:vi-moments", gaussian, best.converged, best.steps, check.elbo, check.elbo, check, warnings, best.modes
     )
+
+
+def _laplace_instead(
+    target: Target, key: jax.Array, why: str, max_steps: int, restarts: int, check_samples: int
+) -> InitFit:
+    """"auto"'s start where every VI run's ELBO was not finite (a density that is NaN or −inf
+    where some of its draws land, though not at its mode): the diagonal Laplace fit, which needs
+    the density and its gradient only along its way to the mode, with a warning; ValueError when
+    that fails too (the caller then starts from the target's N(0, I) fallback)."""
+    try:
+        fit = laplace(target, cov="diag", max_steps=max_steps, restarts=restarts, key=key, check_samples=check_samples)
+    except ValueError as err:
+        raise ValueError(f"{why}; the Laplace fit failed too ({err})") from None
+    if not (fit.converged and np.isfinite(fit.check.log_z)):
+        raise ValueError(f"{why}; the Laplace fit did not converge either")
+    warning = f"auto: the VI fit failed ({why}); starting from the diagonal Laplace fit"
+    return fit._replace(method="auto:laplace-diag", warnings=(*fit.warnings, warning))

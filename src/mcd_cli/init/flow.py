@@ -130,14 +130,15 @@ class FlowFit(NamedTuple):
     steps: int
     seconds: float
     params: Any = None
+    transform_of: Any = None  # params -> the transform they give (`transform` is that of `params`)
 
 
 def _log_weight(target: Target, layer_masks: tuple):
     half_log_2pi = 0.5 * np.log(2 * np.pi)
 
-    def one(params, z):
+    def one(params, z, constants):  # the target's constants (a fitted start's) are an argument
         x, log_det = forward(params, layer_masks, z)
-        return target.log_density(x) + log_det + jnp.sum(0.5 * z * z + half_log_2pi)
+        return target.rebuilt(constants).log_density(x) + log_det + jnp.sum(0.5 * z * z + half_log_2pi)
 
     return one
 
@@ -162,21 +163,24 @@ def fit_flow(
     k_init, k_fit, k_check = jax.random.split(key, 3)
     layer_masks = masks(target.dim, hidden_width(target.dim), layers)
     params = init_params(k_init, target, layers)
-    log_weight = jax.vmap(_log_weight(target, layer_masks), (None, 0))
+    log_weight = jax.vmap(_log_weight(target, layer_masks), (None, 0, None))
     dtype = params["loc"].dtype
+    # The target's constants (a fitted start's whitening) are the programs' arguments, not their
+    # constants: the same programs whatever the seed, found in the persistent compilation cache.
+    constants = target.constants
 
-    def loss(params, key):
+    def loss(params, key, constants):
         z = jax.random.normal(key, (batch, target.dim), dtype)
-        return -jnp.mean(log_weight(params, z))
+        return -jnp.mean(log_weight(params, z, constants))
 
     schedule = optax.cosine_decay_schedule(learning_rate, steps)
     opt = optax.apply_if_finite(optax.chain(optax.clip_by_global_norm(10.0), optax.adam(schedule)), steps)
 
     @jax.jit
-    def run(params, key):
+    def run(params, key, constants):
         def one(carry, key):
             params, state = carry
-            value, grads = jax.value_and_grad(loss)(params, key)
+            value, grads = jax.value_and_grad(loss)(params, key, constants)
             updates, state = opt.update(grads, state, params)
             return (optax.apply_updates(params, updates), state), jnp.isfinite(value)
 
@@ -184,22 +188,23 @@ def fit_flow(
         return params, jnp.sum(finite)
 
     base = params
-    params, finite = run(params, k_fit)
+    params, finite = run(params, k_fit, constants)
     if int(finite) == 0:
         raise ValueError("the flow's ELBO was not finite at any step (log γ is −inf where the start puts its draws)")
     z = jax.random.normal(k_check, (check_samples, target.dim), dtype)
     check = jax.jit(log_weight)
-    log_w = np.asarray(check(params, z), np.float64)
-    base_w = np.asarray(check(base, z), np.float64)
+    log_w = np.asarray(check(params, z, constants), np.float64)
+    base_w = np.asarray(check(base, z, constants), np.float64)
     elbo = float(np.mean(log_w)) if np.all(np.isfinite(log_w)) else float("-inf")
     base_elbo = float(np.mean(base_w)) if np.all(np.isfinite(base_w)) else float("-inf")
     k = float(pareto_k(log_w)) if np.isfinite(elbo) else float("inf")
-    fitted = params
 
-    def transform(z):
-        return forward(fitted, layer_masks, z)
+    def transform_of(fitted):
+        return lambda z: forward(fitted, layer_masks, z)
 
-    return FlowFit(transform, elbo, base_elbo, k, int(finite), time.perf_counter() - t0, fitted)
+    return FlowFit(
+        transform_of(params), elbo, base_elbo, k, int(finite), time.perf_counter() - t0, params, transform_of
+    )
 
 
 def choose_scale(target: Target, key: jax.Array, num_samples: int = CHECK_SAMPLES) -> tuple[float, tuple[float, ...]]:
@@ -217,15 +222,15 @@ def choose_scale(target: Target, key: jax.Array, num_samples: int = CHECK_SAMPLE
         2.0
     """
     u = jax.random.normal(key, (num_samples, target.dim), jnp.result_type(float))
-    log_q = -0.5 * jnp.sum(u * u, axis=1)  # up to constants common to every s, with z = s u
 
     @jax.jit
-    def weights(s):  # s traced: one compile for the grid
-        return jax.vmap(target.log_density)(s * u) + target.dim * jnp.log(s) - log_q
+    def weights(s, u, constants):  # s, the draws and the target's constants traced: one compile for the grid
+        log_q = -0.5 * jnp.sum(u * u, axis=1)  # up to constants common to every s, with z = s u
+        return jax.vmap(target.rebuilt(constants).log_density)(s * u) + target.dim * jnp.log(s) - log_q
 
     ks = []
     for s in SCALE_GRID:
-        w = np.asarray(weights(jnp.asarray(s, u.dtype)), np.float64)
+        w = np.asarray(weights(jnp.asarray(s, u.dtype), u, target.constants), np.float64)
         ks.append(float(pareto_k(w)) if np.all(np.isfinite(w)) else float("inf"))
     fine = [s for s, k in zip(SCALE_GRID, ks) if k <= SCALE_K]
     return (fine[0] if fine else SCALE_GRID[int(np.argmin(ks))]), tuple(ks)

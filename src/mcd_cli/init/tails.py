@@ -94,17 +94,20 @@ def _log_weights(target: Target):
     sigma = jnp.asarray(target.initial_scale)
     log_det = jnp.sum(jnp.log(sigma))
 
-    def one(u, upper, lower):  # `targets.transforms.heavy_tailed`'s log density, h traced: one compile per batch
+    # `targets.transforms.heavy_tailed`'s log density, h traced (one compile per batch), and the
+    # target's own constants (a fitted start's whitening) too: one program whatever the seed.
+    def one(u, upper, lower, constants):
         h = jnp.where(u > 0, upper, lower)
         x = mu + sigma * tukey_h(u, h)
-        return target.log_density(x) + log_det + tukey_log_jacobian(u, h) - jnp.sum(norm.logpdf(u))
+        return target.rebuilt(constants).log_density(x) + log_det + tukey_log_jacobian(u, h) - jnp.sum(norm.logpdf(u))
 
-    return jax.jit(jax.vmap(jax.vmap(one, (0, None, None)), (None, 0, 0)))
+    return jax.jit(jax.vmap(jax.vmap(one, (0, None, None, None)), (None, 0, 0, None)))
 
 
 def _measure(target: Target, u: jax.Array, upper: np.ndarray, lower: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """ELBOs and k̂s of the starts with per-coordinate tails `upper`, `lower` (rows), on draws `u`."""
-    log_w = np.asarray(_log_weights(target)(u, jnp.asarray(upper, u.dtype), jnp.asarray(lower, u.dtype)), np.float64)
+    upper, lower = jnp.asarray(upper, u.dtype), jnp.asarray(lower, u.dtype)
+    log_w = np.asarray(_log_weights(target)(u, upper, lower, target.constants), np.float64)
     elbos = np.array([float(np.mean(w)) if np.all(np.isfinite(w)) else float("-inf") for w in log_w])
     ks = np.array([float(pareto_k(w)) if np.all(np.isfinite(w)) else float("inf") for w in log_w])
     return elbos, ks

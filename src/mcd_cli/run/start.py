@@ -20,6 +20,7 @@ from mcd_cli.run.plan import RunPlan, root_key
 from mcd_cli.run.smc_kernels import compiled
 from mcd_cli.init.tails import choose_tails, sided_tails
 from mcd_cli.init.tails import describe as tails_suffix
+from mcd_cli.targets.base import lifted
 from mcd_cli.targets.transforms import apply_initial, heavy_tailed, transported
 
 INIT_STREAM = 0x1D1  # fold_in(root key, INIT_STREAM): the key of the initial-distribution fit
@@ -87,7 +88,12 @@ def transport(
             *warnings,
             f"flow: the fitted flow's ELBO {fit.elbo:.4g} is not above its start's {fit.base_elbo:.4g}; the start stays {method}",
         )
-    moved = transported(target, fit.transform, "transported by a fitted flow")
+    # The flow's parameters are the transported target's constants: a compiled program's arguments.
+    def build(constants):
+        inner, params = constants
+        return transported(target.rebuilt(inner), fit.transform_of(params), "transported by a fitted flow")
+
+    moved = lifted(build, (target.constants, fit.params))
     scale, _ = choose_scale(moved, jax.random.fold_in(key, 1))
     moved = moved.with_initial(mean=np.zeros(moved.dim), scale=np.full(moved.dim, scale))
     return moved, f"{method}+flow(elbo={fit.elbo:.3g}, s={scale:g})", warnings
@@ -123,10 +129,10 @@ def _initial_target(
     except ValueError as err:
         if sconf.init != "auto":
             raise RunFailed(f"--init {sconf.init} failed: {err}") from None
-        # A target whose density is not finite where the fit looks cannot be fitted; the run can
-        # still go on from the fallback, and training's own checks take over.
+        # A target whose density is not finite where VI and then Laplace (`init.choose`) look cannot
+        # be fitted; the run can still go on from the fallback, and training's own checks take over.
         return target, "auto:target-fallback", (
-            f"auto: the VI fit failed ({err}); starting from the target's N(0, I) fallback",
+            f"auto: the start's fits failed ({err}); starting from the target's N(0, I) fallback",
         )
     method = fit.method
     if sconf.init == "auto":

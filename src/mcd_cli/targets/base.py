@@ -36,6 +36,12 @@ class Target:
         to_user: maps one point of this target's space to the user's named values, `{name:
             array}` (None: the point itself, named `x`; see `user_values`). Transforms compose it
             (`targets.transforms`), a NumPyro model maps to its constrained sites.
+        constants: the arrays (a pytree) of a run's own that the density closes over: a fitted
+            start's mean, Cholesky factor and tails (`targets.transforms`); None: none.
+        rebuild: `constants -> Target`, this target built from other values of its `constants` (traced
+            ones, under `jax.jit`); None: nothing to rebuild. A compiled program takes the constants
+            as arguments and runs on `rebuilt(constants)`, so it is the same program whatever the
+            seed, and the persistent compilation cache holds it (`run.smc_kernels.compiled`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -55,6 +61,8 @@ class Target:
     source: str = ""
     initial_declared: bool = True
     to_user: Optional[Callable[[Array], dict]] = None
+    constants: Any = None
+    rebuild: Optional[Callable[[Any], "Target"]] = None
 
     @classmethod
     def create(
@@ -114,8 +122,8 @@ class Target:
         )
 
     def with_initial(self, mean: Any = None, scale: Any = None) -> "Target":
-        """Returns a copy with a different initial distribution."""
-        return Target.create(
+        """Returns a copy with a different initial distribution (its `rebuild` keeps it)."""
+        moved = Target.create(
             self.log_density,
             self.dim,
             self.initial_mean if mean is None else mean,
@@ -128,6 +136,24 @@ class Target:
             initial_declared=True,
             to_user=self.to_user,
         )
+        if self.rebuild is None:
+            return moved
+        mean, scale, rebuild = moved.initial_mean, moved.initial_scale, self.rebuild
+        return lifted(lambda constants: rebuild(constants).with_initial(mean, scale), self.constants)
+
+    def rebuilt(self, constants: Any) -> "Target":
+        """This target with its `constants` replaced by `constants` (traced values under `jax.jit`):
+        `rebuild(constants)`, or the target itself when it has nothing to rebuild.
+
+        Example:
+            >>> import jax
+            >>> from mcd_cli.targets.transforms import whiten
+            >>> t = whiten(Target.create(lambda x: -0.5 * jnp.sum(x**2), dim=2), np.ones(2), np.ones(2))
+            >>> f = jax.jit(lambda c, u: t.rebuilt(c).log_density(u))
+            >>> bool(f(t.constants, jnp.zeros(2)) == t.log_density(jnp.zeros(2)))
+            True
+        """
+        return self if self.rebuild is None else self.rebuild(constants)
 
     def user_values(self, x: Array) -> dict:
         """The point `x` of this target's space as the user's named values: `to_user(x)`, or
@@ -146,3 +172,9 @@ class Target:
         from jax.scipy.stats import norm
 
         return jnp.sum(norm.logpdf(x, self.initial_mean, self.initial_scale))
+
+
+def lifted(build: Callable[[Any], Target], constants: Any) -> Target:
+    """`build(constants)`, a target whose density closes over `constants`, able to be rebuilt from
+    other values of them (`Target.rebuilt`)."""
+    return dataclasses.replace(build(constants), constants=constants, rebuild=build)

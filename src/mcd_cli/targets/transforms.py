@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcd_cli.targets.base import Target
+from mcd_cli.targets.base import Target, lifted
 
 Array = Any
 
@@ -72,11 +72,16 @@ def whiten(target: Target, mean: Array, chol: Array) -> Target:
     sign, log_det = np.linalg.slogdet(chol)
     if sign == 0 or not np.isfinite(log_det):
         raise ValueError("whiten needs a non-singular matrix chol")
-    log_det = float(log_det)
-    # Constants are closed over as numpy arrays, so they take the working precision of the caller.
-    mu, lower = mean, chol
+    # Constants are numpy arrays, so they take the working precision of the caller; they are the
+    # target's `constants` (a compiled program's arguments), with `target`'s own.
 
-    return _reparameterised(target, lambda u: mu + lower @ u, lambda u: log_det, "whitened: x = μ + L u")
+    def build(constants):
+        inner, mu, lower, log_det = constants
+        return _reparameterised(
+            target.rebuilt(inner), lambda u: mu + lower @ u, lambda u: log_det, "whitened: x = μ + L u"
+        )
+
+    return lifted(build, (target.constants, mean, chol, float(log_det)))
 
 
 def _reparameterised(target: Target, to_x: Any, log_jacobian: Any, note: str) -> Target:
@@ -156,14 +161,22 @@ def heavy_tailed(target: Target, h: Any, h_lower: Any = None) -> Target:
     mu = np.asarray(target.initial_mean, dtype=np.float64)
     sigma = np.asarray(target.initial_scale, dtype=np.float64)
     log_det = float(np.sum(np.log(sigma)))
-    if np.ptp(both) == 0:  # one h everywhere: a constant, the program as before sides existed
-        h_of, what = (lambda u: float(both[0])), f"{float(both[0]):g}"
-    else:
-        h_of, what = (lambda u: jnp.where(u > 0, upper, lower)), "h±"
-    return _reparameterised(
-        target, lambda u: mu + sigma * tukey_h(u, h_of(u)), lambda u: log_det + tukey_log_jacobian(u, h_of(u)),
-        f"heavy-tailed start: x = μ + σ u exp({what} u²/2)",
-    )
+    one_h = bool(np.ptp(both) == 0)  # one h everywhere: a number, the program as before sides existed
+    what = f"{float(both[0]):g}" if one_h else "h±"
+
+    def build(constants):
+        inner, mu, sigma, log_det, hs = constants
+        if one_h:
+            h_of = lambda u: hs  # noqa: E731
+        else:
+            h_of = lambda u: jnp.where(u > 0, hs[0], hs[1])  # noqa: E731
+        return _reparameterised(
+            target.rebuilt(inner), lambda u: mu + sigma * tukey_h(u, h_of(u)),
+            lambda u: log_det + tukey_log_jacobian(u, h_of(u)), f"heavy-tailed start: x = μ + σ u exp({what} u²/2)",
+        )
+
+    hs = float(both[0]) if one_h else (upper, lower)
+    return lifted(build, (target.constants, mu, sigma, log_det, hs))
 
 
 def unwhiten(mean: Array, chol: Array, u: Array) -> jax.Array:
