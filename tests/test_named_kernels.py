@@ -19,6 +19,7 @@ from golden_cases import CONDITIONAL
 from mcd_cli import report
 
 
+@pytest.mark.slow  # 40 s: 1,000 training updates; the method each option names is checked below by dry runs
 def test_the_cards_command_trains_the_named_kernels_with_their_k(mcd, gauss_yaml):
     code, out, err = mcd(["estimate", gauss_yaml, "--steps", "4", "--sampler", "uha", "--samples", "256", "--json"])
     assert code == 0, err

@@ -185,6 +185,7 @@ def test_compare_config_reproduces_an_smc_estimate(estimate_smc, workdir):
     assert_same(cell, estimate_smc)
 
 
+@pytest.mark.slow  # 16 s; test_policy's compare test checks that an estimate reproduces a compared model
 def test_compare_models_are_estimates_with_their_model_index(target, workdir):
     """Model i of `mcd compare A B` is `mcd estimate --model-index i` and `RunPlan(model_index=i)`."""
     *models, summary = run_case(["compare", "gmm8", "gmm8", *SETTINGS], workdir)
