@@ -762,3 +762,15 @@ def test_a_fitted_start_is_the_compiled_programs_argument_not_its_constant():
     mine = sk.compiled(start, config, 32)(params, jax.random.key(1))
     own = jax.jit(lambda p, k: run_smc(k, p, start, config, 32))(params, jax.random.key(1))
     np.testing.assert_allclose(float(mine.log_z), float(own.log_z), rtol=1e-5)
+
+
+def test_a_new_initial_distribution_survives_the_rebuild():
+    """`with_initial` on a target with constants (a flow's start N(0, s² I) on the transported
+    target) keeps them: the rebuilt target has the new initial distribution and the same density."""
+    from mcd_cli.targets.transforms import whiten
+
+    moved = whiten(TARGET, np.full(DIM, 0.3), np.full(DIM, 0.8)).with_initial(mean=np.zeros(DIM), scale=np.full(DIM, 1.25))
+    again = moved.rebuilt(moved.constants)
+    np.testing.assert_array_equal(again.initial_scale, moved.initial_scale)
+    u = jnp.linspace(-1.0, 1.0, DIM)
+    assert float(again.log_density(u)) == float(moved.log_density(u)) and moved.constants is not None
