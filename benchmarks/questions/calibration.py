@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -340,6 +341,10 @@ def main(argv=None) -> None:
     parser.add_argument("--tail-trigger", type=float, metavar="T",
                         help="with --tail-k: shorten only the steps whose weights would read k̂ above T "
                              "(mcd_cli.smc.tempering.TAIL_TRIGGER)")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="the runs' compilation cache folder (MCD_CACHE_DIR); give each of two studies run "
+                             "at once its own, or the first to need a program compiles it for both and the wall "
+                             "times of the two are not comparable (default: the user's cache)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="further mcd estimate options")
     parser.add_argument("--output", type=Path, default=RESULTS / "calibration_cpu.json")
     parser.add_argument("--table", type=Path, help="only print the table of an existing result file")
@@ -365,6 +370,8 @@ def main(argv=None) -> None:
     if args.fill_z:
         fill_z(args.fill_z, args.output, args.shard)
         return
+    if args.cache is not None:  # before the first run: JAX sets its cache up once per process
+        os.environ["MCD_CACHE_DIR"] = str(args.cache)
     if args.answer_from_pilot:
         from mcd_cli.policy import settings
 
