@@ -1,7 +1,11 @@
-"""The default estimation policy (`mcd_cli.policy`): pilots choose the effort, a fresh run estimates.
+"""The default estimation policy (`mcd_cli.policy`): pilots choose the effort; an `ok` pilot within
+--max-se is the answer, and otherwise a fresh run estimates.
 
 The decisions are tested with a stand-in for `execute` that returns scripted verdicts (no JAX), so
-every branch is exact; one end-to-end run checks the record and its reproducibility.
+every branch is exact; one end-to-end run checks the record and its reproducibility. The ladder's
+tests run under the rule of a fresh final run after every usable pilot (`_policy_run`'s
+`answer_from_pilot=False`, `settings.ANSWER_FROM_PILOT`), so that each ends in a final run whose
+plan they can read; the ladder is the same under both rules.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import dataclasses
 import json
 import time
 from typing import Any, Optional
+from unittest import mock
 
 import pytest
 from conftest import records
@@ -57,9 +62,11 @@ def _plan() -> run.RunPlan:
     return run.RunPlan(target=_Target(), sconf=SamplerConfig(), tconf=TrainConfig(), num_samples=16384)
 
 
-def _policy_run(execute_stage, clock=time.monotonic, **policy):
-    """The default policy on `_plan()` with `pol.Policy(**policy)`, its stages run by `execute_stage`."""
-    return pol.execute(_plan(), pol.Policy(**policy), run.NoProgress(), execute_stage, clock)
+def _policy_run(execute_stage, clock=time.monotonic, answer_from_pilot=False, **policy):
+    """The default policy on `_plan()` with `pol.Policy(**policy)`, its stages run by `execute_stage`,
+    under the rule `answer_from_pilot` (`settings.ANSWER_FROM_PILOT`; the module docstring)."""
+    with mock.patch.object(settings, "ANSWER_FROM_PILOT", answer_from_pilot):
+        return pol.execute(_plan(), pol.Policy(**policy), run.NoProgress(), execute_stage, clock)
 
 
 def _script(*verdicts, seconds=1.0, clock=None, start=0.0):
@@ -94,6 +101,27 @@ class _Clock:
 
     def __call__(self):
         return self.now
+
+
+def test_by_default_an_ok_pilot_within_max_se_is_the_answer_and_one_above_it_sizes_a_final_run():
+    """The default rule: the pilot, tuned as a final run is (on a population of its own, not on its
+    own particles), is reported where it is `ok` within --max-se; above --max-se a final run is
+    grown to reach it, and a pilot that is not `ok` raises the effort as before."""
+    assert settings.ANSWER_FROM_PILOT
+    execute_stage, calls = _script(("ok", 0.05, ()))
+    rec = _policy_run(execute_stage, answer_from_pilot=True, max_se=0.1)
+    (pilot,) = calls
+    assert rec.plan is pilot and rec.status == "ok" and pilot.sconf.refine_tuning == "pilot"
+    assert rec.policy["reported_stage"] == 0 and [s["role"] for s in rec.policy["stages"]] == ["pilot"]
+    assert rec.policy["stages"][0]["decision"].startswith("pilot ok, SE 0.05 within --max-se 0.1: reported")
+    execute_stage, calls = _script(("ok", 0.2, ()), ("ok", 0.1, ()))
+    rec = _policy_run(execute_stage, answer_from_pilot=True, max_se=0.1)
+    assert [c.stage for c in calls] == [0, 1] and calls[1].num_samples > calls[0].num_samples
+    assert rec.plan is calls[1] and rec.policy["reported_stage"] == 1
+    execute_stage, calls = _script(("warn", 0.05, ("moves_barely_move",)), ("ok", 0.05, ()))
+    rec = _policy_run(execute_stage, answer_from_pilot=True, max_se=0.1)
+    assert [c.sconf.refine_steps for c in calls] == [15, 30] and rec.plan is calls[1]
+    assert [s["role"] for s in rec.policy["stages"]] == ["pilot", "pilot"] and rec.policy["reported_stage"] == 1
 
 
 def test_an_ok_pilot_is_followed_by_a_fresh_final_run_which_is_reported():
@@ -790,7 +818,7 @@ def test_estimate_without_method_options_runs_the_policy_and_a_seed_reproduces_i
     assert code == 0, err
     rec = records(out)[0]
     stages = rec["policy"]["stages"]
-    assert stages[0]["role"] == "pilot" and stages[-1]["role"] == "final"
+    assert stages[0]["role"] == "pilot" and all(s["role"] in ("pilot", "final") for s in stages)
     assert rec["policy"]["reported_stage"] == stages[-1]["stage"] and rec["log_z"] == stages[-1]["log_z"]
     assert rec["status"] == stages[-1]["status"] and rec["schedule"] == "adaptive"
     assert abs(rec["error"]) < 4 * rec["log_z_stderr"]

@@ -31,7 +31,9 @@ def test_the_first_decision_is_a_pilot_at_the_first_effort():
     assert first.state.stages == () and first.state.phase == "pilot"
 
 
-def test_an_ok_pilot_chooses_the_final_run_at_its_effort():
+def test_under_the_fresh_final_rule_an_ok_pilot_chooses_the_final_run_at_its_effort(monkeypatch):
+    """The rule before the answer from the pilot (`calibration.py --fresh-final`)."""
+    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", False)
     first = pol.begin(_plan(), pol.Policy(max_se=0.1))
     decision = pol.decide(_ran(first, _record("ok", 0.05)), math.inf)
     assert decision.next == pol.Next("final", first.next.effort, 16384, train_stage=0)
@@ -70,10 +72,10 @@ def test_the_decision_is_a_function_of_its_inputs():
     assert pol.decide(state, 50.0) == pol.decide(state, 50.0)
 
 
-def test_with_answer_from_pilot_an_ok_pilot_within_max_se_is_the_answer(monkeypatch):
-    """`settings.ANSWER_FROM_PILOT`: no fresh final run after an `ok` pilot within --max-se; one
-    above it, or not `ok`, decides as before."""
-    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
+def test_an_ok_pilot_within_max_se_is_the_answer():
+    """`settings.ANSWER_FROM_PILOT`, the default: no fresh final run after an `ok` pilot within
+    --max-se; one above it, or not `ok`, decides as the rule before did."""
+    assert settings.ANSWER_FROM_PILOT
     first = pol.begin(_plan(), pol.Policy(max_se=0.1))
     decision = pol.decide(_ran(first, _record("ok", 0.05)), math.inf)
     assert decision.next is None and decision.stopped == "plan" and decision.state.chosen == 0
@@ -84,7 +86,7 @@ def test_with_answer_from_pilot_an_ok_pilot_within_max_se_is_the_answer(monkeypa
     assert warn.next.role == "pilot"
 
 
-def test_with_answer_from_pilot_a_pilot_the_forecasts_doubt_is_not_the_answer(monkeypatch):
+def test_a_pilot_the_forecasts_doubt_is_not_the_answer(monkeypatch):
     """An `ok` pilot within --max-se is the answer only where a final run would have been made from
     it: one whose stationarity z at the final run's size passes the margin (funnel seed 8 at 33bb012:
     z −2.2 at 8,192, 0.41 low) raises the effort as before, and one just inside it is reported."""
@@ -105,9 +107,9 @@ def test_a_pilot_that_may_be_the_answer_is_tuned_as_a_final_run(monkeypatch):
     from mcd_cli.policy.driver import stage_plan
 
     first = pol.begin(_plan(), pol.Policy())
+    assert stage_plan(_plan(), first.next, 0).sconf.refine_tuning == "pilot"  # the default rule
+    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", False)
     assert stage_plan(_plan(), first.next, 0).sconf.refine_tuning == "particles"
-    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
-    assert stage_plan(_plan(), first.next, 0).sconf.refine_tuning == "pilot"
 
 
 def test_a_target_whose_gradient_is_not_finite_raises_no_effort():

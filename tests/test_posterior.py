@@ -110,13 +110,13 @@ def test_the_same_seed_gives_the_same_draws_and_the_estimate_is_unchanged(gauss_
 
 
 def test_the_default_policy_draws_from_its_reported_stage_only(gauss_yaml, tmp_path):
-    """The policy's pilots keep no say: the draws are those of the reported stage, which its
-    record's config reproduces alone (`--stage`)."""
+    """The draws are those of the reported stage alone (an `ok` pilot within --max-se, or the final
+    run), which its record's config reproduces alone (`--stage`)."""
     # The policy run of test_policy.py's reproduction test (the same target, samples and seed): the
     # session's persistent compilation cache holds its programs.
     rec, _ = run([gauss_yaml, "--samples", "2048", "--seed", "1", "--posterior", tmp_path / "policy.npz"])
     policy = rec["policy"]
-    assert policy["stages"][-1]["role"] == "final" and rec["config"]["stage"] == policy["reported_stage"] > 0
+    assert rec["config"]["stage"] == policy["reported_stage"] == policy["stages"][-1]["stage"]
     draws, attrs = read_npz(tmp_path / "policy.npz")
     assert draws["x"].shape == (rec["smc"]["populations"], rec["smc"]["particles"], 2)
     assert attrs["record"] and json.loads(attrs["record"])["policy"] == policy

@@ -332,9 +332,13 @@ def main(argv=None) -> None:
     parser.add_argument("--corpus", nargs="?", const="also", choices=("also", "only"),
                         help="also run the corpus of PyMC/NumPyro textbook models (CORPUS) after --targets; "
                              "`--corpus only`: the corpus instead of --targets")
-    parser.add_argument("--answer-from-pilot", action="store_true",
-                        help="the policy variant in which an ok pilot within --max-se is the answer "
-                             "(mcd_cli.policy.settings.ANSWER_FROM_PILOT; the runs are in this process)")
+    rule = parser.add_mutually_exclusive_group()
+    rule.add_argument("--answer-from-pilot", action="store_true",
+                      help="an ok pilot within --max-se is the answer (mcd_cli.policy.settings.ANSWER_FROM_PILOT; "
+                           "the default since it was measured: kept so that the studies made with it rerun)")
+    rule.add_argument("--fresh-final", action="store_true",
+                      help="the rule before: a fresh final run after every usable pilot "
+                           "(ANSWER_FROM_PILOT off; the runs are in this process)")
     parser.add_argument("--tail-k", type=_tail_k, metavar="K|off",
                         help="adaptive tempering's steps keep the weights' Pareto k̂ at most K where it would "
                              "exceed --tail-trigger, or `off` (mcd_cli.smc.tempering.TAIL_K; the runs are in this process)")
@@ -372,10 +376,10 @@ def main(argv=None) -> None:
         return
     if args.cache is not None:  # before the first run: JAX sets its cache up once per process
         os.environ["MCD_CACHE_DIR"] = str(args.cache)
-    if args.answer_from_pilot:
+    if args.answer_from_pilot or args.fresh_final:
         from mcd_cli.policy import settings
 
-        settings.ANSWER_FROM_PILOT = True
+        settings.ANSWER_FROM_PILOT = not args.fresh_final
     if args.tail_k is not None or args.tail_trigger is not None:
         from mcd_cli.smc import tempering
 
@@ -385,7 +389,7 @@ def main(argv=None) -> None:
             tempering.TAIL_TRIGGER = args.tail_trigger
     if args.corpus:
         args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
-    variant = " --answer-from-pilot" if args.answer_from_pilot else ""
+    variant = " --answer-from-pilot" if args.answer_from_pilot else " --fresh-final" if args.fresh_final else ""
     variant += f" --tail-k {args.tail_k}" if args.tail_k is not None else ""
     variant += f" --tail-trigger {args.tail_trigger}" if args.tail_trigger is not None else ""
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra) + variant})
