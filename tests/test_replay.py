@@ -74,3 +74,59 @@ def test_a_replayed_run_is_unbiased_where_adapting_from_the_particles_is_not():
         z = np.exp(np.asarray(jax.jit(jax.vmap(lambda k: log_z(k, frozen)))(keys), np.float64))
         mean, se = z.mean(), z.std() / np.sqrt(runs)
         assert check(mean, se), (frozen is None, mean, se)
+
+
+def test_moves_by_measurement_stop_when_the_particles_have_moved_and_a_replay_makes_them(monkeypatch):
+    """`adaptation.MOVE_STOP`: the tuning run makes at each temperature between MIN_MOVES and
+    `refine_steps` moves, stopping at the first after which every coordinate's correlation with its
+    value before the moves is at most MOVE_STOP; the record keeps the counts, a replay with the run's
+    own key is that run bit for bit, and with another key it makes the same moves; the stationarity
+    test makes five temperatures' worth of the most made at one."""
+    from mcd_cli.smc import adaptation, diagnostics
+
+    monkeypatch.setattr(adaptation, "MOVE_STOP", 0.2)
+    params, path, kernels, settings = setup(CORRELATED, refine_steps=12)
+    num = 256
+    run = jax.jit(lambda key, frozen=None: smc.run(key, params, path, CORRELATED, num, kernels, settings, frozen=frozen))
+    out = run(jax.random.key(1))
+    steps = int(out.steps)
+    moves = np.asarray(out.trace.moves[:steps])
+    chosen = out.tuning
+    np.testing.assert_array_equal(np.asarray(chosen.moves), np.asarray(out.trace.moves))
+    assert moves[-1] == 0 and np.all((moves[:-1] >= adaptation.MIN_MOVES) & (moves[:-1] <= 12))
+    assert moves[:-1].min() < 12  # the rule stopped somewhere before the cap
+    assert np.all(np.asarray(out.trace.correlation[: steps - 1])[moves[:-1] < 12] <= 0.2)  # mean ≤ max ≤ 0.2
+    assert int(out.drift[4]) == min(max(20, 5 * int(moves.max())), diagnostics.stationarity_moves(12))
+    rep = run(jax.random.key(1), chosen)
+    for a, b in [(out.log_z, rep.log_z), (out.log_w, rep.log_w), (out.particles, rep.particles),
+                 (out.trace.moves, rep.trace.moves), (out.drift[1], rep.drift[1]), (out.drift[4], rep.drift[4])]:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    other = run(jax.random.key(2), chosen)
+    np.testing.assert_array_equal(np.asarray(other.trace.moves), np.asarray(out.trace.moves))
+    assert not np.array_equal(np.asarray(other.particles), np.asarray(out.particles))
+
+
+def test_measured_moves_are_the_fixed_moves_first_ones():
+    """`move_measured` with a count makes `move_population`'s first moves (the same keys), and with
+    the count at the cap, all of them: measured and fixed runs differ only in how many they make."""
+    from mcd_cli.smc import adaptation
+    from mcd_cli.smc.state import Population
+
+    params, path, kernels, settings = setup(CORRELATED, refine_steps=6)
+    evaluate = jax.value_and_grad(CORRELATED.log_density)
+    pop = smc.initial_population(jax.random.key(3), 128, path, evaluate, hmc.KERNEL, 3)
+    assert isinstance(pop, Population)
+    moving = pop.refine
+    beta = jnp.asarray(0.5)
+    key = jax.random.key(4)
+    fixed, accepts = adaptation.move_population(pop, key, beta, hmc.KERNEL, path, evaluate, moving, settings)
+    whole, acceptance, made = adaptation.move_measured(pop, key, beta, hmc.KERNEL, path, evaluate, moving, settings, count=jnp.asarray(6))
+    np.testing.assert_array_equal(np.asarray(whole.position), np.asarray(fixed.position))
+    assert int(made) == 6 and float(acceptance) == pytest.approx(float(jnp.mean(jnp.mean(accepts, axis=1))), rel=1e-6)
+    two, _, made = adaptation.move_measured(pop, key, beta, hmc.KERNEL, path, evaluate, moving, settings, count=jnp.asarray(2))
+    ref_two = jax.lax.scan(
+        lambda s, k: (jax.vmap(lambda kk, ss: hmc.KERNEL.step(kk, ss, beta, path, evaluate, moving, 3))(jax.random.split(k, 128), s)[0], None),
+        pop.states, jax.random.split(key, 6)[:2],
+    )[0]
+    assert int(made) == 2
+    np.testing.assert_allclose(np.asarray(two.position), np.asarray(ref_two.position), rtol=1e-6, atol=1e-6)

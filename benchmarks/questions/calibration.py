@@ -345,6 +345,10 @@ def main(argv=None) -> None:
     parser.add_argument("--tail-trigger", type=float, metavar="T",
                         help="with --tail-k: shorten only the steps whose weights would read k̂ above T "
                              "(mcd_cli.smc.tempering.TAIL_TRIGGER)")
+    parser.add_argument("--move-stop", type=float, metavar="RHO",
+                        help="moves by measurement: adaptive tempering stops moving at a temperature once every "
+                             "coordinate's correlation with its value before the moves is at most RHO "
+                             "(mcd_cli.smc.adaptation.MOVE_STOP; the runs are in this process)")
     parser.add_argument("--cache", type=Path, metavar="DIR",
                         help="the runs' compilation cache folder (MCD_CACHE_DIR); give each of two studies run "
                              "at once its own, or the first to need a program compiles it for both and the wall "
@@ -387,11 +391,16 @@ def main(argv=None) -> None:
             tempering.TAIL_K = None if args.tail_k == "off" else args.tail_k
         if args.tail_trigger is not None:
             tempering.TAIL_TRIGGER = args.tail_trigger
+    if args.move_stop is not None:
+        from mcd_cli.smc import adaptation
+
+        adaptation.MOVE_STOP = args.move_stop
     if args.corpus:
         args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
     variant = " --answer-from-pilot" if args.answer_from_pilot else " --fresh-final" if args.fresh_final else ""
     variant += f" --tail-k {args.tail_k}" if args.tail_k is not None else ""
     variant += f" --tail-trigger {args.tail_trigger}" if args.tail_trigger is not None else ""
+    variant += f" --move-stop {args.move_stop}" if args.move_stop is not None else ""
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra) + variant})
     for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target
         for target in args.targets:

@@ -13,7 +13,7 @@ from mcd_cli.config import SamplerConfig
 from mcd_cli.errors import RunFailed
 from mcd_cli.run.draws import DRAWS_STREAM, posterior_draws
 from mcd_cli.run.plan import RunPlan, sharded_population, sharded_sizes
-from mcd_cli.run.smc_kernels import compiled as compiled_smc, stationarity_moves
+from mcd_cli.run.smc_kernels import compiled as compiled_smc
 from mcd_cli.record import finite
 from mcd_cli.stats import (
     Estimate, WeightSummary, merge_runs, mixing_verdict, pooled_pareto_k, population_verdict, smc_estimate,
@@ -97,11 +97,13 @@ def estimate_smc(
     )
 
 
-def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float, float, float]]:
+def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float, float, float, int]]:
     """The populations' stationarity tests (`smc.stationarity`) pooled: the mean drift of log γ
     over the populations, its z score (their standard errors combined as independent), the mean
-    weight of their stuck particles and the mean share of points about them where the gradient is not
-    finite though the density is; None when the runs made no refinement moves."""
+    weight of their stuck particles, the mean share of points about them where the gradient is not
+    finite though the density is, and the extra moves each made (the most of them: they differ only
+    where the moves were measured and the populations adapted their own); None when the runs made
+    no refinement moves."""
     if outputs[0].drift is None:
         return None
     m = np.array([float(o.drift[0]) for o in outputs])
@@ -111,7 +113,8 @@ def stationarity_of(outputs: Sequence[Any]) -> Optional[tuple[float, float, floa
     mean = float(np.mean(m))
     stuck = float(np.mean([float(o.drift[2]) for o in outputs]))
     nonfinite = float(np.mean([float(o.drift[3]) for o in outputs]))
-    return mean, (mean / pooled_se if pooled_se > 0 else 0.0), stuck, nonfinite
+    extra = max(int(o.drift[4]) for o in outputs)
+    return mean, (mean / pooled_se if pooled_se > 0 else 0.0), stuck, nonfinite, extra
 
 
 def estimate_populations(
@@ -195,19 +198,19 @@ def judge_populations(
     merged = population_verdict(merged, len(outputs))
     drift = stationarity_of(outputs)
     if drift is not None:
-        merged = stationarity_verdict(merged, *drift[:3], stationarity_moves(s), nonfinite=drift[3])
+        merged = stationarity_verdict(merged, *drift[:3], drift[4], nonfinite=drift[3])
     return merged, mixing, drift
 
 
 def population_diagnostics(
     s: SamplerConfig, population: int, estimates: list, outputs: list, mixing: Optional[float],
-    drift: Optional[tuple[float, float, float, float]],
+    drift: Optional[tuple[float, float, float, float, int]],
 ) -> dict:
     """The record's `smc` section of the runs (its `log_z_is*` None: `importance_diagnostics`):
     the settings, each run's outcome, and the first run's trace."""
     first = outputs[0]
     k = int(first.steps)
-    extra_moves = None if drift is None else stationarity_moves(s)
+    extra_moves = None if drift is None else drift[4]
     acceptance = np.concatenate([np.asarray(o.trace.acceptance[: int(o.steps)]) for o in outputs])
     acceptance = acceptance[np.isfinite(acceptance)]
     return {
@@ -226,6 +229,7 @@ def population_diagnostics(
         "acceptance": [float(v) for v in first.trace.acceptance[:k]],
         "step_size": [float(v) for v in first.trace.step_size[:k]],
         "move_correlation": [float(v) for v in first.trace.correlation[:k]] if s.adaptive else None,
+        "moves": [int(v) for v in first.trace.moves[:k]] if s.adaptive else None,
         "median_move_correlation": mixing,
         "stationarity_drift": None if drift is None else drift[0],
         "stationarity_z": None if drift is None else drift[1],

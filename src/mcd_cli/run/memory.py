@@ -108,7 +108,7 @@ def memory_needed(plan: RunPlan) -> dict[str, float]:
 def tempering_record(plan: RunPlan) -> float:
     """Bytes of adaptive tempering's per-step record, held twice (the tuning population's
     `smc.Tempering`, replayed by every population, and a run's trace): at each of up to
-    `max_steps` steps a β, a resampling flag, a step size and the preconditioner, a d × d factor
+    `max_steps` steps a β, a resampling flag, a step size, a move count and the preconditioner, a d × d factor
     where the dense one may be used (`smc.adaptation.DENSE_MAX_DIM`: 16 MiB each at d = 64), else
     d numbers.
 
@@ -122,7 +122,7 @@ def tempering_record(plan: RunPlan) -> float:
     if not (s.smc and s.adaptive):
         return 0.0
     dense = s.refine in adaptation.DENSE_KERNELS and dim <= adaptation.DENSE_MAX_DIM
-    per_step = (dim * dim if dense else dim) + 3
+    per_step = (dim * dim if dense else dim) + 4
     return 2.0 * s.max_steps * per_step * (8 if plan.x64 else 4)
 
 

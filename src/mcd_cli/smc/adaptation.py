@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -43,9 +43,19 @@ DENSE_PER_DIM = 10
 # 454 s (same two-process load), against a gradient of a small flow; its diagonal runs were `ok`.
 DENSE_MAX_DIM = 64
 DENSE_JITTER = 1e-6  # added to the correlation matrix's diagonal before its Cholesky factor
+# Moves by measurement (docs/method.md, "Moves by measurement"): where set, adaptive tempering's
+# adapting refinement stops moving at a temperature once every coordinate's correlation across the
+# particles with its value before the moves (`coordinate_correlations`) is at most MOVE_STOP in
+# absolute value, after at least MIN_MOVES moves and at most `settings.refine_steps` (the effort's
+# cap); a replay makes the moves its tuning run made at each step (`Tempering.moves`), so its Ẑ
+# stays exactly unbiased. None: always `settings.refine_steps` moves. Off until measured on the
+# calibration (`benchmarks/questions/calibration.py --move-stop`).
+MOVE_STOP: Optional[float] = None
+MIN_MOVES = 2
 
-# `(population, key, β) -> (population, acceptance, RefineParams used)`: a refinement at β.
-Refine = Callable[[Population, jax.Array, jax.Array], tuple[Population, jax.Array, jax.Array]]
+# `(population, key, β, moves) -> (population, acceptance, RefineParams used, moves made)`: a
+# refinement at β; `moves` (None: the refinement's own rule) is the count a replay makes.
+Refine = Callable[..., tuple[Population, jax.Array, jax.Array, jax.Array]]
 
 
 def initial_refine_params(kernel: Optional[RefineKernel], dim: int, dtype) -> RefineParams:
@@ -108,6 +118,75 @@ def preconditioner(pop: Population, kernel: RefineKernel, settings: Settings, ad
     return weighted_variance(pop) if adapt else pop.refine.inv_mass
 
 
+def coordinate_correlations(before: jax.Array, after: jax.Array, log_w: jax.Array) -> jax.Array:
+    """Each coordinate's weighted correlation across particles between its values `before` and
+    `after` some moves, (d,): 0 when the moves gave fresh draws, 1 when they hardly moved it. A
+    coordinate at one value before and spread after was moved as far as it can be (a collapsed
+    population after an exact move): 0; one that ends at one value did not mix: 1. A variance below
+    the rounding of the coordinate's values (64 units in the last place of its root mean square) is
+    a population at one value.
+
+    Example:
+        >>> x = jax.random.normal(jax.random.key(0), (1000, 2))
+        >>> coordinate_correlations(x, x.at[:, 1].set(x[::-1, 1]), jnp.zeros(1000)).round(1).tolist()
+        [1.0, 0.0]
+    """
+    w = normalised(log_w)[:, None]
+    a = before - jnp.sum(w * before, axis=0)
+    b = after - jnp.sum(w * after, axis=0)
+    cov = jnp.sum(w * a * b, axis=0)
+    eps = (64 * jnp.finfo(a.dtype).eps) ** 2
+    spread_a = jnp.sum(w * a * a, axis=0) > eps * jnp.sum(w * before * before, axis=0)
+    spread_b = jnp.sum(w * b * b, axis=0) > eps * jnp.sum(w * after * after, axis=0)
+    scale = jnp.sqrt(jnp.sum(w * a * a, axis=0) * jnp.sum(w * b * b, axis=0))
+    correlation = cov / jnp.where(spread_a & spread_b, scale, 1.0)
+    return jnp.where(spread_a & spread_b, correlation, jnp.where(spread_b, 0.0, 1.0))
+
+
+def measures_moves(settings: Settings, adapt: bool) -> bool:
+    """Does an adapting refinement of these settings choose its number of moves (`MOVE_STOP`)?
+    Adaptive tempering only, where it adapts (its tuning run; a replay makes the recorded moves)."""
+    return MOVE_STOP is not None and adapt and settings.adaptive
+
+
+def move_measured(
+    pop: Population, key: jax.Array, beta: jax.Array, kernel: RefineKernel, path: AnnealedPath, evaluate: Callable,
+    moving: RefineParams, settings: Settings, sharding: Optional[NamedSharding] = None,
+    count: Optional[jax.Array] = None,
+) -> tuple[Any, jax.Array, jax.Array]:
+    """Moves of every particle at β with the parameters `moving`, under `lax.while_loop`: `count`
+    of them (a replay's recorded number), or (None) until every coordinate's correlation with its
+    value before the moves is at most `MOVE_STOP` in absolute value, after at least `MIN_MOVES`,
+    at most `settings.refine_steps`. Move i draws key i of `split(key, settings.refine_steps)`, as
+    `move_population`'s i-th move does. `(the moved states, the mean acceptance, the moves made)`."""
+    keys = jax.random.split(key, settings.refine_steps)
+    num = pop.log_w.shape[0]
+    dtype = pop.log_w.dtype
+
+    def body(carry):
+        i, states, accepted, _ = carry
+        move_keys = shard(jax.random.split(keys[i], num), sharding)
+        states, accept = jax.vmap(
+            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
+        )(move_keys, states)
+        states = shard(states, sharding)
+        if count is None:
+            moved = jnp.max(jnp.abs(coordinate_correlations(pop.states.position, states.position, pop.log_w)))
+        else:
+            moved = jnp.zeros((), dtype)
+        return i + 1, states, accepted + jnp.mean(accept).astype(dtype), moved.astype(dtype)
+
+    def cond(carry):
+        i, _, _, moved = carry
+        if count is not None:
+            return i < count
+        return (i < settings.refine_steps) & ((i < MIN_MOVES) | (moved > MOVE_STOP))
+
+    start = (jnp.zeros((), jnp.int32), pop.states, jnp.zeros((), dtype), jnp.ones((), dtype))
+    made, states, accepted, _ = jax.lax.while_loop(cond, body, start)
+    return states, accepted / jnp.maximum(made, 1).astype(dtype), made
+
+
 def move_population(
     pop: Population, key: jax.Array, beta: jax.Array, kernel: RefineKernel, path: AnnealedPath, evaluate: Callable,
     moving: RefineParams, settings: Settings, sharding: Optional[NamedSharding] = None,
@@ -135,9 +214,11 @@ def refine_population(
     settings: Settings,
     adapt: bool,
     sharding: Optional[NamedSharding] = None,
-) -> tuple[Population, jax.Array, jax.Array]:
-    """`settings.refine_steps` Metropolis moves of every particle at β: `(population, acceptance,
-    the step size and preconditioner the moves used)`.
+    moves: Optional[jax.Array] = None,
+) -> tuple[Population, jax.Array, jax.Array, jax.Array]:
+    """Metropolis moves of every particle at β: `(population, acceptance, the step size and
+    preconditioner the moves used, the moves made)`. `settings.refine_steps` moves, or as many as
+    `measures_moves` measures (`move_measured`), or `moves` (a replay's recorded count).
 
     Before the moves the preconditioner is set to the particles' weighted variance; after them the
     step size moves towards the kernel's target acceptance (when `adapt`). Both are means over the
@@ -149,24 +230,31 @@ def refine_population(
     if adapt:
         params = params._replace(inv_mass=weighted_variance(pop))
     moving = params._replace(inv_mass=preconditioner(pop, kernel, settings, adapt))
-    states, accepts = move_population(pop, key, beta, kernel, path, evaluate, moving, settings, sharding)
-    acceptance = jnp.mean(jnp.mean(accepts, axis=1))  # each move's mean, then their mean
+    if moves is not None or measures_moves(settings, adapt):
+        states, acceptance, made = move_measured(
+            pop, key, beta, kernel, path, evaluate, moving, settings, sharding, moves
+        )
+    else:
+        states, accepts = move_population(pop, key, beta, kernel, path, evaluate, moving, settings, sharding)
+        acceptance = jnp.mean(jnp.mean(accepts, axis=1))  # each move's mean, then their mean
+        made = jnp.asarray(settings.refine_steps, jnp.int32)
     if adapt:
         factor = jnp.exp(jnp.clip(ADAPT_RATE * (acceptance - kernel.target_acceptance), -1.0, 1.0))
         params = params._replace(step_size=params.step_size * factor)
-    return pop._replace(states=states, refine=params), acceptance, moving
+    return pop._replace(states=states, refine=params), acceptance, moving, made
 
 
 def build_refine(
     kernel: RefineKernel, path: AnnealedPath, evaluate: Callable, settings: Settings, adapt: bool,
     sharding: Optional[NamedSharding] = None,
 ) -> Refine:
-    """The refinement as a value `(population, key, β) -> (population, acceptance, RefineParams used)`.
+    """The refinement as a value `(population, key, β, moves=None) -> (population, acceptance,
+    RefineParams used, moves made)`.
 
     `refine_population` is looked up in this module when the refinement runs, so a study may swap
     it for a variant (benchmarks/results/estimators.md, module refine_adaptation).
     """
-    def refine(pop: Population, key: jax.Array, beta: jax.Array):
-        return refine_population(pop, key, beta, kernel, path, evaluate, settings, adapt, sharding)
+    def refine(pop: Population, key: jax.Array, beta: jax.Array, moves: Optional[jax.Array] = None):
+        return refine_population(pop, key, beta, kernel, path, evaluate, settings, adapt, sharding, moves)
 
     return refine

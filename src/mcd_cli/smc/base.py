@@ -139,21 +139,23 @@ def maybe_resample(
     return jax.lax.cond(when, lambda p: resample_population(p, key, resampler, sharding), lambda p: p, pop)
 
 
-def no_refine(pop: Population, used: Any = None) -> tuple[Population, jax.Array, Any]:
-    """No moves: the population unchanged, NaN acceptance, and NaN for the parameters used (shaped
-    as `used`, a `RefineParams` of shapes; default: a step size only)."""
+def no_refine(pop: Population, used: Any = None) -> tuple[Population, jax.Array, Any, jax.Array]:
+    """No moves: the population unchanged, NaN acceptance, NaN for the parameters used (shaped
+    as `used`, a `RefineParams` of shapes; default: a step size only) and 0 moves made."""
     nan = jnp.full((), jnp.nan, pop.log_w.dtype)
+    none = jnp.zeros((), jnp.int32)
     if used is None:
-        return pop, nan, RefineParams(nan, None)
-    return pop, nan, jax.tree.map(lambda a: jnp.full(a.shape, jnp.nan, a.dtype), used)
+        return pop, nan, RefineParams(nan, None), none
+    return pop, nan, jax.tree.map(lambda a: jnp.full(a.shape, jnp.nan, a.dtype), used), none
 
 
 def maybe_refine(
-    pop: Population, key: jax.Array, when: jax.Array, beta: jax.Array, refine: Refine
-) -> tuple[Population, jax.Array, RefineParams]:
-    """`refine` at β when `when` is true, `no_refine` otherwise."""
-    used = jax.eval_shape(lambda p: refine(p, key, beta)[2], pop)
-    return jax.lax.cond(when, lambda p: refine(p, key, beta), lambda p: no_refine(p, used), pop)
+    pop: Population, key: jax.Array, when: jax.Array, beta: jax.Array, refine: Refine,
+    moves: Optional[jax.Array] = None,
+) -> tuple[Population, jax.Array, RefineParams, jax.Array]:
+    """`refine` at β (making `moves` moves, where given) when `when` is true, `no_refine` otherwise."""
+    used = jax.eval_shape(lambda p: refine(p, key, beta, moves)[2], pop)
+    return jax.lax.cond(when, lambda p: refine(p, key, beta, moves), lambda p: no_refine(p, used), pop)
 
 
 def advance(pop: Population, beta: jax.Array) -> Population:

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 
 from mcd_cli.kernels.base import AnnealedPath, RefineKernel
 from mcd_cli.smc import adaptation
-from mcd_cli.smc.sharding import replicate
+from mcd_cli.smc.sharding import replicate, shard
 from mcd_cli.smc.state import Population, Settings, normalised
 
 # Moves made at β = 1 after the run, only to test whether the final population is at equilibrium:
@@ -43,32 +43,29 @@ def move_correlation(before: jax.Array, after: jax.Array, log_w: jax.Array) -> j
         >>> float(move_correlation(jnp.zeros((1000, 3)), x, jnp.zeros(1000)))  # collapsed, then exact draws
         0.0
     """
-    w = normalised(log_w)[:, None]
-    a = before - jnp.sum(w * before, axis=0)
-    b = after - jnp.sum(w * after, axis=0)
-    cov = jnp.sum(w * a * b, axis=0)
-    # A variance below the rounding of the coordinate's values (64 units in the last place of its
-    # root mean square) is a population at one value.
-    eps = (64 * jnp.finfo(a.dtype).eps) ** 2
-    spread_a = jnp.sum(w * a * a, axis=0) > eps * jnp.sum(w * before * before, axis=0)
-    spread_b = jnp.sum(w * b * b, axis=0) > eps * jnp.sum(w * after * after, axis=0)
-    scale = jnp.sqrt(jnp.sum(w * a * a, axis=0) * jnp.sum(w * b * b, axis=0))
-    correlation = cov / jnp.where(spread_a & spread_b, scale, 1.0)
-    # A coordinate at one value before and spread after was moved as far as it can be (a collapsed
-    # population after an exact move): 0. One that ends at one value did not mix: 1.
-    return jnp.mean(jnp.where(spread_a & spread_b, correlation, jnp.where(spread_b, 0.0, 1.0)))
+    return jnp.mean(adaptation.coordinate_correlations(before, after, log_w))
 
 
-def stationarity_moves(refine_steps: int) -> int:
+def stationarity_moves(refine_steps):
     """Extra moves of the stationarity test for a run of `refine_steps` moves per refinement:
-    `max(20, 5 · refine_steps)`.
+    `max(20, 5 · refine_steps)` (an int, or an array where the moves were measured).
 
     20 moves tell a population off equilibrium from one at it when each temperature made one to
     five moves. A run that makes many per temperature (adaptive tempering's default) has already
     made as many at each step, so a drift they did not remove needs more to show: five
     temperatures' worth (docs/method.md, "Stationarity of the final population").
     """
-    return max(STATIONARITY_MOVES, STATIONARITY_TEMPERATURES * refine_steps)
+    if isinstance(refine_steps, int):
+        return max(STATIONARITY_MOVES, STATIONARITY_TEMPERATURES * refine_steps)
+    return jnp.maximum(STATIONARITY_MOVES, STATIONARITY_TEMPERATURES * refine_steps)
+
+
+def measured_moves(moves: jax.Array, beta: jax.Array, steps: jax.Array) -> jax.Array:
+    """The most moves a run whose moves were measured made at one temperature (`moves` and `beta`
+    per step, `steps` of them used; the last step, at β = 1, makes none), at least 1: what the
+    stationarity test's five temperatures' worth counts (`stationarity(moves=...)`)."""
+    used = (jnp.arange(moves.shape[0]) < steps) & (beta < 1.0)
+    return jnp.maximum(jnp.max(jnp.where(used, moves, 0)), 1).astype(jnp.int32)
 
 
 # The stationarity test also evaluates the gradient at the final particles spread this much about
@@ -84,12 +81,15 @@ def stationarity(
     evaluate: Callable,
     settings: Settings,
     sharding: Optional[NamedSharding] = None,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Is the final population at equilibrium? `(m, z, stuck, nonfinite)`: the weighted mean change
-    `m` of log γ(x) over `stationarity_moves(settings.refine_steps)` refinement moves at β = 1, `z =
-    m / se(m)`, the weight of the particles whose moves accepted less than `STUCK_ACCEPTANCE` on
-    average, and the share of the points `x̄ + GRADIENT_PROBE · (x_i − x̄)` (the particles spread
-    about their weighted mean) where log γ is finite and its gradient is not.
+    moves: Optional[jax.Array] = None,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Is the final population at equilibrium? `(m, z, stuck, nonfinite, extra)`: the weighted mean
+    change `m` of log γ(x) over `extra = stationarity_moves(settings.refine_steps)` refinement moves
+    at β = 1 (`stationarity_moves(moves)` where the run measured its moves, `moves` the most it
+    made at a temperature: `measured_moves`), `z = m / se(m)`, the weight of the particles whose
+    moves accepted less than `STUCK_ACCEPTANCE` on average, and the share of the points `x̄ +
+    GRADIENT_PROBE · (x_i − x̄)` (the particles spread about their weighted mean) where log γ is
+    finite and its gradient is not.
 
     A γ-invariant kernel leaves E_γ[log γ(x)] unchanged, so a population that represents γ shows
     no drift beyond noise. One that the moves have not mixed (a funnel's neck never entered, a
@@ -113,18 +113,43 @@ def stationarity(
     one = jnp.ones((), pop.log_w.dtype)
     params = pop.refine._replace(inv_mass=adaptation.weighted_variance(pop))
     moving = params._replace(inv_mass=adaptation.preconditioner(pop, kernel, extra, True))
-    states, accepts = adaptation.move_population(pop, key, one, kernel, path, evaluate, moving, extra, sharding)
+    if moves is None:
+        states, accepts = adaptation.move_population(pop, key, one, kernel, path, evaluate, moving, extra, sharding)
+        made = jnp.asarray(extra.refine_steps, jnp.int32)
+    else:  # fewer moves, the same keys: `move_measured`'s i-th is `move_population`'s
+        made = jnp.minimum(stationarity_moves(moves), extra.refine_steps).astype(jnp.int32)
+        states, accepts = _moves_with_acceptance(pop, key, one, kernel, path, evaluate, moving, extra, sharding, made)
     delta = replicate(states.log_target - pop.states.log_target, sharding)
     w = normalised(pop.log_w)
     x = pop.states.position
     centre = jnp.sum(jnp.where(w[:, None] > 0, w[:, None] * x, 0.0), axis=0)
     value, grad = jax.vmap(evaluate)(centre + GRADIENT_PROBE * (x - centre))
     nonfinite = jnp.mean((jnp.isfinite(value) & ~jnp.all(jnp.isfinite(grad), axis=-1)).astype(w.dtype))
-    stuck = jnp.sum(jnp.where(replicate(jnp.mean(accepts, axis=0), sharding) < STUCK_ACCEPTANCE, w, 0.0))
+    per_particle = jnp.mean(accepts, axis=0) if moves is None else jnp.nanmean(accepts, axis=0)
+    stuck = jnp.sum(jnp.where(replicate(per_particle, sharding) < STUCK_ACCEPTANCE, w, 0.0))
     finite = jnp.isfinite(delta) & (w > 0)
     delta = jnp.where(finite, delta, 0.0)
     w = jnp.where(finite, w, 0.0)
     w = w / jnp.maximum(jnp.sum(w), jnp.finfo(w.dtype).tiny)
     m = jnp.sum(w * delta)
     se = jnp.sqrt(jnp.sum(w * w * (delta - m) ** 2))
-    return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0), stuck, nonfinite
+    return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0), stuck, nonfinite, made
+
+
+def _moves_with_acceptance(pop, key, beta, kernel, path, evaluate, moving, settings, sharding, count):
+    """`count` (traced, at most `settings.refine_steps`) moves as `adaptation.move_population`
+    makes its first `count`: `(states, acceptance (count, N))` with the rows past `count` NaN, so a
+    NaN-aware mean over moves gives each particle's mean acceptance."""
+    keys = jax.random.split(key, settings.refine_steps)
+    num = pop.log_w.shape[0]
+    accepts = jnp.full((settings.refine_steps, num), jnp.nan, pop.log_w.dtype)
+
+    def body(i, carry):
+        states, accepts = carry
+        move_keys = shard(jax.random.split(keys[i], num), sharding)
+        states, accept = jax.vmap(
+            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
+        )(move_keys, states)
+        return shard(states, sharding), accepts.at[i].set(accept.astype(accepts.dtype))
+
+    return jax.lax.fori_loop(0, count, body, (pop.states, accepts))

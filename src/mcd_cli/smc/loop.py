@@ -25,7 +25,7 @@ from jax.sharding import NamedSharding
 
 from mcd_cli.kernels.base import AnnealedPath, RefineKernel, RefineParams
 from mcd_cli.smc import adaptation, step, tempering
-from mcd_cli.smc.diagnostics import stationarity
+from mcd_cli.smc.diagnostics import measured_moves, stationarity
 from mcd_cli.smc.state import FixedTuning, Kernels, Population, Settings, SMCKernel, SMCOutput, Tempering, Trace
 from mcd_cli.targets.base import Target
 
@@ -120,7 +120,10 @@ def _trace(cap: int, pop: Population, kernel: RefineKernel, settings: Settings, 
     dtype = pop.log_w.dtype
     nan = jnp.full((cap,), jnp.nan, dtype)
     shape = jax.eval_shape(lambda p: adaptation.preconditioner(p, kernel, settings, adapt), pop).shape
-    return Trace(nan, nan, jnp.zeros((cap,), bool), nan, nan, nan, jnp.full((cap, *shape), jnp.nan, dtype))
+    return Trace(
+        nan, nan, jnp.zeros((cap,), bool), nan, nan, nan, jnp.full((cap, *shape), jnp.nan, dtype),
+        jnp.zeros((cap,), jnp.int32),
+    )
 
 
 def run_tempered(
@@ -149,11 +152,16 @@ def run_adaptive(key, path, target, num, kernels: Kernels, settings: Settings, a
     cap = settings.max_steps
     trace = _trace(cap, pop, kernels.refine, settings, adapt)
     pop, trace = run_tempered(kernel, pop, key_steps, trace, lambda p: (p.beta < 1.0) & (p.steps < cap))
-    drift = stationarity(
-        pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
-    )
     steps = pop.steps
-    chosen = Tempering(trace.beta, trace.resampled, RefineParams(trace.step_size, trace.preconditioner), steps, pop.refine)
+    # where the run measured its moves, a replay makes them, and the stationarity test counts them
+    measured = trace.moves if adaptation.measures_moves(settings, adapt) else None
+    most = None if measured is None else measured_moves(measured, trace.beta, steps)
+    drift = stationarity(
+        pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding, most
+    )
+    chosen = Tempering(
+        trace.beta, trace.resampled, RefineParams(trace.step_size, trace.preconditioner), steps, pop.refine, measured
+    )
     return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, steps, trace, drift, pop.states.position, chosen)
 
 
@@ -177,7 +185,8 @@ def run_replay(
     trace = _trace(cap, pop, kernels.refine, settings, False)
     pop, trace = run_tempered(kernel, pop, key_steps, trace, lambda p: p.steps < chosen.steps)
     pop = pop._replace(refine=chosen.final)
+    most = None if chosen.moves is None else measured_moves(chosen.moves, chosen.beta, chosen.steps)
     drift = stationarity(
-        pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding
+        pop, jax.random.fold_in(key_steps, cap + 1), kernels.refine, path, evaluate, settings, sharding, most
     )
     return SMCOutput(pop.log_z, pop.log_w, pop.eve, pop.resamplings, pop.steps, trace, drift, pop.states.position, chosen)

@@ -104,6 +104,8 @@ class StepInfo(NamedTuple):
     # adaptive: the refinement's preconditioner as used (the particles' variance, (d,), or their
     # covariance factor, (d, d); NaN: no moves); None on a fixed schedule
     preconditioner: Any = None
+    # adaptive: the refinement moves made at the step (int32; 0: none); None on a fixed schedule
+    moves: Any = None
 
 
 Trace = StepInfo  # a StepInfo whose fields are arrays over steps
@@ -138,6 +140,8 @@ class Tempering(NamedTuple):
         steps: the steps taken.
         final: the refinement's parameters after the last step, where the stationarity test
             (`diagnostics.stationarity`) starts.
+        moves: the refinement moves made at each step where the run measured how many to make
+            (`adaptation.MOVE_STOP`), which a replay makes too; None: `settings.refine_steps`.
     """
 
     beta: jax.Array
@@ -145,6 +149,7 @@ class Tempering(NamedTuple):
     refine: RefineParams
     steps: jax.Array
     final: RefineParams
+    moves: Any = None
 
 
 class FixedTuning(NamedTuple):

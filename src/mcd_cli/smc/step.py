@@ -121,11 +121,11 @@ def build_kernel(
         do_resample = (low if planned is None else low | planned) & (k < steps)
         pop = maybe_resample(pop, k_resample, do_resample, kernels.resample, sharding)
         if refine is None:
-            pop, acceptance, used = no_refine(pop)
+            pop, acceptance, used, _ = no_refine(pop)
         else:
             moves = do_resample if planned is None else planned
             do_refine = (jnp.asarray(True) if settings.refine_every_step else moves) & (k < steps)
-            pop, acceptance, used = maybe_refine(pop, k_refine, do_refine, beta, refine)
+            pop, acceptance, used, _ = maybe_refine(pop, k_refine, do_refine, beta, refine)
         return advance(pop, beta), StepInfo(beta, ess, do_resample, acceptance, used.step_size)
 
     return SMCKernel(init, step)

@@ -189,10 +189,11 @@ def build_tempered_kernel(
     StepInfo)` (BlackJAX's `smc.tempered` kernel, β′ its `lmbda`): reweight by `(β′ − β) ·
     log-likelihood`, β the population's, resample when ESS/N falls below `settings.resample` (or
     when `resample`, a decision made in advance, says so; never at β′ = 1), then refine at β′
-    (unless β′ = 1) and measure how much the moves moved."""
+    (unless β′ = 1; `moves` moves where given, a replay's recorded count) and measure how much the
+    moves moved."""
 
     def tempered(
-        key, pop: Population, beta_new, log_likelihood, resample_now=None, also_resample=None
+        key, pop: Population, beta_new, log_likelihood, resample_now=None, also_resample=None, moves=None
     ) -> tuple[Population, StepInfo]:
         k_resample, k_refine = jax.random.split(key)
         increment = jnp.where(jnp.isneginf(log_likelihood), -jnp.inf, (beta_new - pop.beta) * log_likelihood)
@@ -205,10 +206,11 @@ def build_tempered_kernel(
         do_resample = resample_now & ~last
         pop = maybe_resample(pop, k_resample, do_resample, resample, sharding)
         before = pop.states.position
-        pop, acceptance, used = maybe_refine(pop, k_refine, ~last, beta_new, refine)
+        pop, acceptance, used, made = maybe_refine(pop, k_refine, ~last, beta_new, refine, moves)
         correlation = jnp.where(last, jnp.nan, move_correlation(before, pop.states.position, pop.log_w))
         info = StepInfo(
-            beta_new, ess, do_resample, acceptance, used.step_size, correlation.astype(pop.log_w.dtype), used.inv_mass
+            beta_new, ess, do_resample, acceptance, used.step_size, correlation.astype(pop.log_w.dtype), used.inv_mass,
+            made,
         )
         return advance(pop, beta_new), info
 
@@ -233,7 +235,8 @@ def build_kernel(
 
     With `chosen` (an earlier adaptive run's `Tempering`) the step at `population.steps = k`
     replays it: β′ = `chosen.beta[k]`, resampled where `chosen.resampled[k]`, its refinement's
-    parameters `chosen.refine[k]` (where it moved), adapting nothing (`adapt` is ignored); `init`
+    parameters `chosen.refine[k]` (where it moved) and, where the run measured them, its moves
+    `chosen.moves[k]`, adapting nothing (`adapt` is ignored); `init`
     starts the preconditioner as `chosen`'s (a covariance factor: the identity matrix).
 
     Args:
@@ -274,6 +277,7 @@ def build_kernel(
         # the chosen tuning of a step that refines (β < 1; the last step makes no moves)
         refines = chosen.beta[k] < 1.0
         pop = pop._replace(refine=jax.tree.map(lambda c, p: jnp.where(refines, c[k], p), chosen.refine, pop.refine))
-        return tempered(key, pop, chosen.beta[k], log_likelihood, chosen.resampled[k])
+        moves = None if chosen.moves is None else chosen.moves[k]
+        return tempered(key, pop, chosen.beta[k], log_likelihood, chosen.resampled[k], moves=moves)
 
     return SMCKernel(init, adaptive if chosen is None else replay)
