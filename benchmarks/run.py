@@ -191,6 +191,12 @@ def main(argv: list[str] | None = None) -> None:
     importlib.import_module(module).main(margs)
     if out is not None:  # the module's own file only: another job may write beside it meanwhile
         written = [out] if out.exists() else []
+        if written and common.RESULTS.parent not in out.resolve().parents:
+            # a study kept outside the repository's results (a scratch folder, another checkout):
+            # its rows are not this repository's until asked for
+            print(f"{out} is outside {common.RESULTS.parent}: not added to {args.question}.jsonl "
+                  f"(add it with `python benchmarks/run.py {args.question} --convert {out}`)", file=sys.stderr)
+            written = []
     else:  # the module's default file(s): those changed during the run, but not another module's
         written = [f for f in sorted(common.RESULTS.glob("*")) if f.is_file() and before.get(f) != f.stat().st_mtime
                    and f.suffix in (".json", ".jsonl") and not _other_module(f, module)]

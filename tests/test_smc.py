@@ -330,7 +330,7 @@ def test_adaptive_hmc_refinement_uses_the_dense_preconditioner_when_the_populati
     factor = np.asarray(adaptation.dense_factor(pop), np.float64)
     np.testing.assert_allclose(factor @ factor.T, np.cov(np.asarray(x, np.float64).T, bias=True), atol=1e-4)
     assert np.allclose(factor, np.tril(factor))
-    moved, _, _ = smc.refine_population(pop, key, jnp.asarray(1.0), hmc.KERNEL, PATH,
+    moved, _, _, _ = smc.refine_population(pop, key, jnp.asarray(1.0), hmc.KERNEL, PATH,
                                         jax.value_and_grad(TARGET.log_density), adaptive, True)
     assert moved.refine.inv_mass.shape == (DIM,)
 
@@ -353,7 +353,7 @@ def test_step_size_adapts_towards_the_target_acceptance(name):
         )
 
         def one(pop, k):
-            pop, acc, _ = smc.refine_population(pop, k, jnp.asarray(1.0), kernel, PATH, evaluate, settings, True)
+            pop, acc, _, _ = smc.refine_population(pop, k, jnp.asarray(1.0), kernel, PATH, evaluate, settings, True)
             return pop, acc
 
         return jax.lax.scan(one, pop, jax.random.split(k1, 25))

@@ -128,7 +128,8 @@ def coordinate_correlations(before: jax.Array, after: jax.Array, log_w: jax.Arra
 
     Example:
         >>> x = jax.random.normal(jax.random.key(0), (1000, 2))
-        >>> coordinate_correlations(x, x.at[:, 1].set(x[::-1, 1]), jnp.zeros(1000)).round(1).tolist()
+        >>> fresh = x.at[:, 1].set(jax.random.normal(jax.random.key(1), (1000,)))  # the second redrawn
+        >>> jnp.abs(coordinate_correlations(x, fresh, jnp.zeros(1000))).round(1).tolist()
         [1.0, 0.0]
     """
     w = normalised(log_w)[:, None]
