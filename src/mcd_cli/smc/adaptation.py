@@ -150,32 +150,47 @@ def measures_moves(settings: Settings, adapt: bool) -> bool:
     return MOVE_STOP is not None and adapt and settings.adaptive
 
 
+def move_all(
+    pop: Population, beta: jax.Array, kernel: RefineKernel, path: AnnealedPath, evaluate: Callable,
+    moving: RefineParams, settings: Settings, sharding: Optional[NamedSharding] = None,
+) -> Callable[[Any, jax.Array], tuple[Any, jax.Array]]:
+    """`(states, key) -> (states, acceptance (N,))`: one move of every particle of `pop`'s size at β
+    with the parameters `moving`, particle i with key i of `split(key, N)`."""
+    num = pop.log_w.shape[0]
+
+    def one_move(states, move_key):
+        keys = shard(jax.random.split(move_key, num), sharding)
+        states, accept = jax.vmap(
+            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
+        )(keys, states)
+        return shard(states, sharding), accept
+
+    return one_move
+
+
 def move_measured(
     pop: Population, key: jax.Array, beta: jax.Array, kernel: RefineKernel, path: AnnealedPath, evaluate: Callable,
     moving: RefineParams, settings: Settings, sharding: Optional[NamedSharding] = None,
     count: Optional[jax.Array] = None,
 ) -> tuple[Any, jax.Array, jax.Array]:
     """Moves of every particle at β with the parameters `moving`, under `lax.while_loop`: `count`
-    of them (a replay's recorded number), or (None) until every coordinate's correlation with its
-    value before the moves is at most `MOVE_STOP` in absolute value, after at least `MIN_MOVES`,
-    at most `settings.refine_steps`. Move i draws key i of `split(key, settings.refine_steps)`, as
-    `move_population`'s i-th move does. `(the moved states, the mean acceptance, the moves made)`."""
+    of them (a replay's recorded number, or the stationarity test's), or (None) until every
+    coordinate's correlation with its value before the moves is at most `MOVE_STOP` in absolute
+    value, after at least `MIN_MOVES`, at most `settings.refine_steps`. Move i draws key i of
+    `split(key, settings.refine_steps)`, as `move_population`'s i-th move does. `(the moved states,
+    each particle's mean acceptance (N,), the moves made)`."""
     keys = jax.random.split(key, settings.refine_steps)
-    num = pop.log_w.shape[0]
+    one_move = move_all(pop, beta, kernel, path, evaluate, moving, settings, sharding)
     dtype = pop.log_w.dtype
 
     def body(carry):
         i, states, accepted, _ = carry
-        move_keys = shard(jax.random.split(keys[i], num), sharding)
-        states, accept = jax.vmap(
-            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
-        )(move_keys, states)
-        states = shard(states, sharding)
+        states, accept = one_move(states, keys[i])
         if count is None:
             moved = jnp.max(jnp.abs(coordinate_correlations(pop.states.position, states.position, pop.log_w)))
         else:
             moved = jnp.zeros((), dtype)
-        return i + 1, states, accepted + jnp.mean(accept).astype(dtype), moved.astype(dtype)
+        return i + 1, states, accepted + accept.astype(dtype), moved.astype(dtype)
 
     def cond(carry):
         i, _, _, moved = carry
@@ -183,7 +198,7 @@ def move_measured(
             return i < count
         return (i < settings.refine_steps) & ((i < MIN_MOVES) | (moved > MOVE_STOP))
 
-    start = (jnp.zeros((), jnp.int32), pop.states, jnp.zeros((), dtype), jnp.ones((), dtype))
+    start = (jnp.zeros((), jnp.int32), pop.states, jnp.zeros(pop.log_w.shape, dtype), jnp.ones((), dtype))
     made, states, accepted, _ = jax.lax.while_loop(cond, body, start)
     return states, accepted / jnp.maximum(made, 1).astype(dtype), made
 
@@ -194,14 +209,7 @@ def move_population(
 ) -> tuple[jax.Array, jax.Array]:
     """`settings.refine_steps` moves of every particle at β with the parameters `moving`: the
     moved states and every move's acceptance probability, (moves, N)."""
-
-    def one_move(states, move_key):
-        keys = shard(jax.random.split(move_key, pop.log_w.shape[0]), sharding)
-        states, accept = jax.vmap(
-            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
-        )(keys, states)
-        return shard(states, sharding), accept
-
+    one_move = move_all(pop, beta, kernel, path, evaluate, moving, settings, sharding)
     return jax.lax.scan(one_move, pop.states, jax.random.split(key, settings.refine_steps))
 
 
@@ -232,9 +240,8 @@ def refine_population(
         params = params._replace(inv_mass=weighted_variance(pop))
     moving = params._replace(inv_mass=preconditioner(pop, kernel, settings, adapt))
     if moves is not None or measures_moves(settings, adapt):
-        states, acceptance, made = move_measured(
-            pop, key, beta, kernel, path, evaluate, moving, settings, sharding, moves
-        )
+        states, accepts, made = move_measured(pop, key, beta, kernel, path, evaluate, moving, settings, sharding, moves)
+        acceptance = jnp.mean(accepts)
     else:
         states, accepts = move_population(pop, key, beta, kernel, path, evaluate, moving, settings, sharding)
         acceptance = jnp.mean(jnp.mean(accepts, axis=1))  # each move's mean, then their mean

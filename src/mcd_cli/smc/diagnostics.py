@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 
 from mcd_cli.kernels.base import AnnealedPath, RefineKernel
 from mcd_cli.smc import adaptation
-from mcd_cli.smc.sharding import replicate, shard
+from mcd_cli.smc.sharding import replicate
 from mcd_cli.smc.state import Population, Settings, normalised
 
 # Moves made at β = 1 after the run, only to test whether the final population is at equilibrium:
@@ -118,14 +118,17 @@ def stationarity(
         made = jnp.asarray(extra.refine_steps, jnp.int32)
     else:  # fewer moves, the same keys: `move_measured`'s i-th is `move_population`'s
         made = jnp.minimum(stationarity_moves(moves), extra.refine_steps).astype(jnp.int32)
-        states, accepts = _moves_with_acceptance(pop, key, one, kernel, path, evaluate, moving, extra, sharding, made)
+        states, per_particle, _ = adaptation.move_measured(
+            pop, key, one, kernel, path, evaluate, moving, extra, sharding, count=made
+        )
     delta = replicate(states.log_target - pop.states.log_target, sharding)
     w = normalised(pop.log_w)
     x = pop.states.position
     centre = jnp.sum(jnp.where(w[:, None] > 0, w[:, None] * x, 0.0), axis=0)
     value, grad = jax.vmap(evaluate)(centre + GRADIENT_PROBE * (x - centre))
     nonfinite = jnp.mean((jnp.isfinite(value) & ~jnp.all(jnp.isfinite(grad), axis=-1)).astype(w.dtype))
-    per_particle = jnp.mean(accepts, axis=0) if moves is None else jnp.nanmean(accepts, axis=0)
+    if moves is None:
+        per_particle = jnp.mean(accepts, axis=0)
     stuck = jnp.sum(jnp.where(replicate(per_particle, sharding) < STUCK_ACCEPTANCE, w, 0.0))
     finite = jnp.isfinite(delta) & (w > 0)
     delta = jnp.where(finite, delta, 0.0)
@@ -135,21 +138,3 @@ def stationarity(
     se = jnp.sqrt(jnp.sum(w * w * (delta - m) ** 2))
     return m, jnp.where(se > 0, m / jnp.where(se > 0, se, 1.0), 0.0), stuck, nonfinite, made
 
-
-def _moves_with_acceptance(pop, key, beta, kernel, path, evaluate, moving, settings, sharding, count):
-    """`count` (traced, at most `settings.refine_steps`) moves as `adaptation.move_population`
-    makes its first `count`: `(states, acceptance (count, N))` with the rows past `count` NaN, so a
-    NaN-aware mean over moves gives each particle's mean acceptance."""
-    keys = jax.random.split(key, settings.refine_steps)
-    num = pop.log_w.shape[0]
-    accepts = jnp.full((settings.refine_steps, num), jnp.nan, pop.log_w.dtype)
-
-    def body(i, carry):
-        states, accepts = carry
-        move_keys = shard(jax.random.split(keys[i], num), sharding)
-        states, accept = jax.vmap(
-            lambda k, s: kernel.step(k, s, beta, path, evaluate, moving, settings.leapfrog)
-        )(move_keys, states)
-        return shard(states, sharding), accepts.at[i].set(accept.astype(accepts.dtype))
-
-    return jax.lax.fori_loop(0, count, body, (pop.states, accepts))
