@@ -22,7 +22,7 @@ PILOT_POPULATIONS = 4
 # populations are then tuned as a final run's are (`refine_tuning="pilot"`), since particle-tuned
 # pilots are biased low (docs/benchmarks.md, "Could the accepted pilot be the answer?"). Chosen by
 # the calibration, both rules on the same seeds, each with its own compilation cache (docs/method.md,
-# "The answer from the pilot"): 168 against 157 of 180 runs `ok` and covering. False is the rule
+# "The answer from the pilot"): 167 against 157 of 179 runs `ok` and covering. False is the rule
 # before, a fresh final run after every usable pilot (`calibration.py --fresh-final`).
 ANSWER_FROM_PILOT = True
 MAX_FINAL_FACTOR = 8  # the final run grows to reach max_se by at most this factor over --samples
