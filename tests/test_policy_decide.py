@@ -101,6 +101,22 @@ def test_a_pilot_the_forecasts_doubt_is_not_the_answer(monkeypatch):
     assert answered.next is None and answered.state.chosen == 0
 
 
+def test_a_pilot_with_stuck_weight_near_the_verdicts_threshold_is_not_the_answer(monkeypatch):
+    """Funnel seed 19 (6c700d5): an `ok` pilot whose stuck particles carried 0.42 % of its weight,
+    below the verdict's 0.5 % (`STUCK_WARN`), was reported 0.35 nats (7 SE) low. Above the policy's
+    margin (`STUCK_MARGIN`, 0.25 %) the pilot asks for what `moves_stuck` asks for, the flow
+    transport; below it the pilot is the answer."""
+    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
+    first = pol.begin(_plan(), pol.Policy(max_se=0.1))
+    stuck = dataclasses.replace(_record("ok", 0.05), smc=({"stuck_particles": 0.0042},))
+    decision = pol.decide(_ran(first, stuck), math.inf)
+    assert decision.next is not None and decision.next.role == "pilot" and decision.next.effort.transport
+    assert "its stuck particles carry 0.42% of its weight" in decision.state.stages[0].decision
+    clear = dataclasses.replace(_record("ok", 0.05), smc=({"stuck_particles": 0.002},))
+    answered = pol.decide(_ran(first, clear), math.inf)
+    assert answered.next is None and answered.state.chosen == 0
+
+
 def test_a_pilot_that_may_be_the_answer_is_tuned_as_a_final_run(monkeypatch):
     """A pilot's populations tune their moves from their own particles (biased, cheaper), unless the
     pilot may be the answer; a final run always tunes on a population of its own."""

@@ -118,9 +118,10 @@ def one_run(target: str, seed: int, extra: list[str]) -> dict:
     # threshold a run that missed was): the pooled stationarity z, each run's resamplings, and the
     # populations' k̂ beside the pooled one (what a pooled tail rule would have said: `tail_rule`),
     # and the share of Ẑ each population's tail typically misses (the tail rule's variant,
-    # `stats.smc.TAIL_SHORTFALL_SE`, judged on the same runs).
+    # `stats.smc.TAIL_SHORTFALL_SE`, judged on the same runs), and the weight on stuck particles (how
+    # close a run came to `moves_stuck`, and the policy's `STUCK_MARGIN`).
     for k in ("stationarity_z", "stationarity_drift", "resamplings", "final_ess", "pareto_k_populations",
-              "pareto_k_pooled", "tail_shortfall_populations"):
+              "pareto_k_pooled", "tail_shortfall_populations", "stuck_particles"):
         if k in smc:
             cell[k] = smc[k]
     return cell

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional
 
-from mcd_cli.policy.settings import DRIFT_MARGIN, TAIL_PASS
+from mcd_cli.policy.settings import DRIFT_MARGIN, STUCK_MARGIN, TAIL_PASS
 from mcd_cli.stats.psis import PARETO_K_WARN, tail_length
-from mcd_cli.stats.smc import MIXING_WARN, tail_values
+from mcd_cli.stats.smc import MIXING_WARN, STUCK_WARN, tail_values
 
 TAILS_STALL = 0.05  # `tails_stalled`: k̂'s mean must fall by this much when the conditional ESS is raised
 
@@ -116,11 +116,13 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: 
     reasons it does not (empty when it does) and a phrase saying so.
 
     An `ok` pilot of a few populations passes the verdict's thresholds more easily than a larger
-    final run would: its stationarity test has less power (`scaled_drift`) and the final run's more
+    final run would: its stationarity test has less power (`scaled_drift`), the final run's more
     populations give more chances to a k̂ above 0.5 (`tail_pass_probability`, an effort rule stricter
-    than the verdict's mean k̂). Each is asked
-    with a margin (`DRIFT_MARGIN`, `TAIL_PASS`) whose false alarms cost one more pilot,
-    never a wrong verdict: the final run earns its own. `every=False` asks the tails what the
+    than the verdict's mean k̂), and the weight of its stuck particles (`stuck_share`) is read from
+    the few particles in a neck. Each is asked
+    with a margin (`DRIFT_MARGIN`, `TAIL_PASS`, `STUCK_MARGIN`) whose false alarms cost one more pilot,
+    never a wrong verdict: the final run earns its own. Stuck particles ask for what the verdict's
+    `moves_stuck` asks for (`effort.escalate`: the flow transport, where it can be fitted). `every=False` asks the tails what the
     verdict asks (`mean_tail_pass_probability`) instead of the effort's stricter rule: for learned
     kernels, which have no conditional ESS to raise, and whose alternative is an adaptive final run
     that fell short (`decide._after_learning`).
@@ -130,6 +132,10 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: 
     if drift is not None and drift > DRIFT_MARGIN:
         codes.add("not_at_equilibrium")
         why.append(f"its stationarity z at the final run's {n_final} particles would be {drift:.2g}")
+    stuck = stuck_share(pilot)
+    if stuck is not None and stuck > STUCK_MARGIN:
+        codes.add("moves_stuck")
+        why.append(f"its stuck particles carry {stuck:.2%} of its weight, near the verdict's {STUCK_WARN:.1%}")
     chance = tail_pass_probability if every else mean_tail_pass_probability
     passing = chance(pilot, n_final // population, population)
     if passing is not None and passing < TAIL_PASS:
@@ -196,6 +202,20 @@ def _chance_below_warn(record: Any, population: int, variance: Callable[[int], f
         return None
     sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(variance(len(_tail_ks(record))))
     return 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
+
+
+def stuck_share(record: Any) -> Optional[float]:
+    """The share of a record's final weight on particles its stationarity test found stuck
+    (`smc.stationarity`: under 5 % acceptance over the test's moves at β = 1), None without one.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> stuck_share(S(smc=({"stuck_particles": 0.0042},))), stuck_share(S(smc=({},)))
+        (0.0042, None)
+    """
+    sections = getattr(record, "smc", None) or ()
+    share = sections[0].get("stuck_particles") if sections else None
+    return float(share) if share is not None and math.isfinite(share) else None
 
 
 def scaled_drift(record: Any, n_pilot: int, n_final: int) -> Optional[float]:
