@@ -104,8 +104,8 @@ def test_a_pilot_the_forecasts_doubt_is_not_the_answer(monkeypatch):
 def test_a_pilot_with_stuck_weight_near_the_verdicts_threshold_is_not_the_answer(monkeypatch):
     """Funnel seed 19 (6c700d5): an `ok` pilot whose stuck particles carried 0.42 % of its weight,
     below the verdict's 0.5 % (`STUCK_WARN`), was reported 0.35 nats (7 SE) low. Above the policy's
-    margin (`STUCK_MARGIN`, 0.25 %) the pilot asks for what `moves_stuck` asks for, the flow
-    transport; below it the pilot is the answer."""
+    margin (`STUCK_MARGIN`, 0.25 %) a pilot that would be the answer asks for what `moves_stuck` asks
+    for, the flow transport; below it the pilot is the answer."""
     monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
     first = pol.begin(_plan(), pol.Policy(max_se=0.1))
     stuck = dataclasses.replace(_record("ok", 0.05), smc=({"stuck_particles": 0.0042},))
@@ -115,6 +115,10 @@ def test_a_pilot_with_stuck_weight_near_the_verdicts_threshold_is_not_the_answer
     clear = dataclasses.replace(_record("ok", 0.05), smc=({"stuck_particles": 0.002},))
     answered = pol.decide(_ran(first, clear), math.inf)
     assert answered.next is None and answered.state.chosen == 0
+    # A pilot a fresh final run follows (SE above --max-se) is not asked: that run's verdict is its own.
+    sized = dataclasses.replace(_record("ok", 0.2), smc=({"stuck_particles": 0.0042},))
+    final = pol.decide(_ran(first, sized), math.inf)
+    assert final.next.role == "final" and not final.next.effort.transport
 
 
 def test_a_pilot_that_may_be_the_answer_is_tuned_as_a_final_run(monkeypatch):

@@ -24,7 +24,7 @@ from typing import Any, Literal, Optional
 
 from mcd_cli.errors import TooSlow
 from mcd_cli.policy.effort import BROKEN, Effort, escalate, first_effort
-from mcd_cli.policy.forecasts import doubling_too_short, mixing_stalled, predicts_ok, tails_stalled
+from mcd_cli.policy.forecasts import doubling_too_short, mixing_stalled, predicts_ok, stuck_near_threshold, tails_stalled
 from mcd_cli.policy import settings
 from mcd_cli.policy.settings import LEARN_MIN_SECONDS, LEARN_MIN_UPDATES, LEARN_SHARE, PILOT_POPULATIONS, Policy
 from mcd_cli.policy.stages import Stage, capped, codes, final_samples, final_se, fits, predicted
@@ -128,9 +128,12 @@ def _after_pilot(state: State, left: float) -> Decision:
     if usable:  # an `ok` pilot must predict an `ok` final run, of the size it will have
         n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se, size_cap)
         more, doubt = predicts_ok(pilot, n_pilot, _fitted(state, effort, n, n_pilot, left), effort.population)
+        answers = settings.ANSWER_FROM_PILOT and pilot.log_z_stderr is not None and pilot.log_z_stderr <= policy.max_se
+        if answers and not more:  # a pilot that is to be the answer: clear of the stuck threshold too
+            more, doubt = stuck_near_threshold(pilot)
         if more:
             reasons, usable, status, doubted = reasons | more, False, f"ok, but {doubt}", True
-        elif settings.ANSWER_FROM_PILOT and pilot.log_z_stderr is not None and pilot.log_z_stderr <= policy.max_se:
+        elif answers:
             # Tuned as a final run is, a pilot that would have been accepted for a final run (`ok`,
             # predicting an `ok` run of the final size) and is within --max-se answers the question:
             # the forecasts keep the escalations of a fresh final run (funnel seed 8 at 33bb012: an

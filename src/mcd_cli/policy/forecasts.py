@@ -116,13 +116,12 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: 
     reasons it does not (empty when it does) and a phrase saying so.
 
     An `ok` pilot of a few populations passes the verdict's thresholds more easily than a larger
-    final run would: its stationarity test has less power (`scaled_drift`), the final run's more
+    final run would: its stationarity test has less power (`scaled_drift`) and the final run's more
     populations give more chances to a k̂ above 0.5 (`tail_pass_probability`, an effort rule stricter
-    than the verdict's mean k̂), and the weight of its stuck particles (`stuck_share`) is read from
-    the few particles in a neck. Each is asked
-    with a margin (`DRIFT_MARGIN`, `TAIL_PASS`, `STUCK_MARGIN`) whose false alarms cost one more pilot,
-    never a wrong verdict: the final run earns its own. Stuck particles ask for what the verdict's
-    `moves_stuck` asks for (`effort.escalate`: the flow transport, where it can be fitted). `every=False` asks the tails what the
+    than the verdict's mean k̂). Each is asked
+    with a margin (`DRIFT_MARGIN`, `TAIL_PASS`) whose false alarms cost one more pilot,
+    never a wrong verdict: the final run earns its own. A pilot that is to be the answer is asked one
+    more (`stuck_near_threshold`). `every=False` asks the tails what the
     verdict asks (`mean_tail_pass_probability`) instead of the effort's stricter rule: for learned
     kernels, which have no conditional ESS to raise, and whose alternative is an adaptive final run
     that fell short (`decide._after_learning`).
@@ -132,10 +131,6 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: 
     if drift is not None and drift > DRIFT_MARGIN:
         codes.add("not_at_equilibrium")
         why.append(f"its stationarity z at the final run's {n_final} particles would be {drift:.2g}")
-    stuck = stuck_share(pilot)
-    if stuck is not None and stuck > STUCK_MARGIN:
-        codes.add("moves_stuck")
-        why.append(f"its stuck particles carry {stuck:.2%} of its weight, near the verdict's {STUCK_WARN:.1%}")
     chance = tail_pass_probability if every else mean_tail_pass_probability
     passing = chance(pilot, n_final // population, population)
     if passing is not None and passing < TAIL_PASS:
@@ -202,6 +197,28 @@ def _chance_below_warn(record: Any, population: int, variance: Callable[[int], f
         return None
     sd = (1.0 + k) / math.sqrt(tail_length(population)) * math.sqrt(variance(len(_tail_ks(record))))
     return 0.5 * math.erfc((k - PARETO_K_WARN) / (sd * math.sqrt(2.0)))
+
+
+def stuck_near_threshold(pilot: Any) -> tuple[set, str]:
+    """Is an `ok` pilot that would be the answer too close to the verdict's stuck threshold?
+    `({"moves_stuck"}, why)` when its stuck particles carry more than `STUCK_MARGIN` of its weight
+    (half the verdict's `STUCK_WARN`), else `(set(), "")`.
+
+    Asked only of a pilot that is to be the answer (`decide`): the share is read from the few dozen
+    particles in a neck, and answering from a pilot selects it by its own verdict (funnel seed 19 at
+    6c700d5: 0.42 % stuck, `ok`, 7 SE low). Asked of every `ok` pilot, it sent nice_mnist seed 4 and
+    brownian_motion seed 7 (886c8fe, 0.42 % and 0.45 %, pilots whose tail margin had failed anyway)
+    through the flow transport, 4 times the wall time, to worse answers (docs/policy.md, "The margins").
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> stuck_near_threshold(S(smc=({"stuck_particles": 0.0042},)))[0], stuck_near_threshold(S(smc=({"stuck_particles": 0.001},)))
+        ({'moves_stuck'}, (set(), ''))
+    """
+    stuck = stuck_share(pilot)
+    if stuck is None or stuck <= STUCK_MARGIN:
+        return set(), ""
+    return {"moves_stuck"}, f"its stuck particles carry {stuck:.2%} of its weight, near the verdict's {STUCK_WARN:.1%}"
 
 
 def stuck_share(record: Any) -> Optional[float]:

@@ -39,10 +39,13 @@ MAX_POPULATION_FACTOR = 2  # populations grow (doubling) to this many times the 
 # the final run's stay at or below 0.5 with at least TAIL_PASS probability.
 DRIFT_MARGIN = 2.5
 TAIL_PASS = 0.8
-# ... and its stuck particles (`smc.stationarity`) carrying at most STUCK_MARGIN of its weight, half
-# the verdict's `stats.smc.STUCK_WARN`: the share is read from the few dozen particles in a neck, and
-# funnel seed 19 (6c700d5) was answered by an `ok` pilot at 0.42 % stuck, 0.35 nats (7 SE) low,
-# where the flow transport this reason asks for gave −0.008 ± 0.007 (docs/policy.md, "Margins").
+# An `ok` pilot that is to be the answer must also have its stuck particles (`smc.stationarity`)
+# carrying at most STUCK_MARGIN of its weight, half the verdict's `stats.smc.STUCK_WARN`: the share
+# is read from the few dozen particles in a neck, and funnel seed 19 (6c700d5) was answered by an
+# `ok` pilot at 0.42 % stuck, 0.35 nats (7 SE) low, where the flow transport this reason asks for gave
+# −0.008 ± 0.007. Not asked of a pilot a final run follows: that run's verdict is its own, and asked
+# of every pilot it cost nice_mnist and brownian_motion a flow each, 4 times the time, for worse
+# answers (docs/policy.md, "The margins").
 STUCK_MARGIN = 0.0025
 
 # --learn: the share of the time to spare that learning MCD kernels may spend, its floor, the
