@@ -24,7 +24,9 @@ from typing import Any, Literal, Optional
 
 from mcd_cli.errors import TooSlow
 from mcd_cli.policy.effort import BROKEN, Effort, escalate, first_effort
-from mcd_cli.policy.forecasts import doubling_too_short, mixing_stalled, predicts_ok, stuck_near_threshold, tails_stalled
+from mcd_cli.policy.forecasts import (
+    doubling_too_short, mixing_stalled, predicts_ok, stuck_near_threshold, tails_stalled,
+)
 from mcd_cli.policy import settings
 from mcd_cli.policy.settings import LEARN_MIN_SECONDS, LEARN_MIN_UPDATES, LEARN_SHARE, PILOT_POPULATIONS, Policy
 from mcd_cli.policy.stages import Stage, capped, codes, final_samples, final_se, fits, predicted

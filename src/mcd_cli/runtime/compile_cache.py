@@ -20,7 +20,8 @@ quickly it compiled (`MIN_COMPILE_SECONDS` 0): a run compiles dozens of small ea
 (0.02-0.09 s each to compile, about 0.015 s to load), and keeping them too took a warm run of the
 PyMC normal model with unknown variance from 11.6 s to 9.8 s and gmm8's from 9.0 s to 8.6 s (until
 session 46 only programs that compiled in 0.1 s or more were kept). JAX keeps the folder under
-`MAX_BYTES` by removing the least recently used programs. A folder that cannot be created leaves the run uncached.
+`MAX_BYTES` by removing the least recently used programs. A folder that cannot be created leaves
+the run uncached.
 """
 
 from __future__ import annotations

@@ -115,6 +115,7 @@ def stationarity(
     moving = params._replace(inv_mass=adaptation.preconditioner(pop, kernel, extra, True))
     if moves is None:
         states, accepts = adaptation.move_population(pop, key, one, kernel, path, evaluate, moving, extra, sharding)
+        per_particle = jnp.mean(accepts, axis=0)  # each particle's mean acceptance over the moves
         made = jnp.asarray(extra.refine_steps, jnp.int32)
     else:  # fewer moves, the same keys: `move_measured`'s i-th is `move_population`'s
         made = jnp.minimum(stationarity_moves(moves), extra.refine_steps).astype(jnp.int32)
@@ -127,8 +128,6 @@ def stationarity(
     centre = jnp.sum(jnp.where(w[:, None] > 0, w[:, None] * x, 0.0), axis=0)
     value, grad = jax.vmap(evaluate)(centre + GRADIENT_PROBE * (x - centre))
     nonfinite = jnp.mean((jnp.isfinite(value) & ~jnp.all(jnp.isfinite(grad), axis=-1)).astype(w.dtype))
-    if moves is None:
-        per_particle = jnp.mean(accepts, axis=0)
     stuck = jnp.sum(jnp.where(replicate(per_particle, sharding) < STUCK_ACCEPTANCE, w, 0.0))
     finite = jnp.isfinite(delta) & (w > 0)
     delta = jnp.where(finite, delta, 0.0)
