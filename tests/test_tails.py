@@ -234,3 +234,39 @@ def test_a_cheap_side_that_bounds_light_weights_is_kept():
     assert choice.sides == ("-0",) and choice.h == TAIL_GRID[0]
     assert choice.elbos[0] - BAND_LOSS <= choice.sides_elbo < choice.elbos[0] + SIDE_GAIN
     assert choice.sides_k < 0
+
+
+def _log_exponential_and_correlated(rho: float = 0.8):
+    """The log of an Exponential(1) variable (an exponential lower tail) beside two Gaussians of
+    correlation `rho`, whose diagonal start (scale 0.7) misses the correlation: the Gaussian's
+    weights are heavy for the body's shape, which no side lowers."""
+    precision = jnp.linalg.inv(jnp.array([[1.0, rho], [rho, 1.0]]))
+
+    def log_density(x):
+        return x[0] - jnp.exp(x[0]) - 0.5 * x[1:] @ precision @ x[1:]
+
+    return log_density
+
+
+def test_a_side_that_fits_better_is_kept_where_the_body_sets_k(monkeypatch):
+    """With the Gaussian's k̂ in (0.5, GAIN_MAX_K] from the body (seed 0), the lower side of the
+    exponential coordinate gains SIDE_GAIN nats but leaves k̂ above 0.5: kept by the gain rule, not
+    without it; a start that misses the body (k̂ above GAIN_MAX_K) keeps none."""
+    from mcd_cli.init import tails
+    from mcd_cli.init.tails import GAIN_MAX_K, SIDE_GAIN
+
+    start = dict(initial_mean=[-float(np.euler_gamma), 0.0, 0.0], initial_scale=[1.2825, 0.7, 0.7])
+    target = Target.create(_log_exponential_and_correlated(), dim=3, **start)
+    choice = choose_tails(target, jax.random.key(0))
+    assert 0.5 < choice.pareto_ks[0] <= GAIN_MAX_K and max(choice.elbos[1:]) < choice.elbos[0]
+    assert choice.h == TAIL_GRID[0] and choice.sides == ("-0",), choice
+    assert choice.sides_elbo >= choice.elbos[0] + SIDE_GAIN and choice.sides_k > 0.5
+    monkeypatch.setattr(tails, "GAIN_MAX_K", 0.5)
+    assert choose_tails(target, jax.random.key(0)).h == 0.0
+    monkeypatch.undo()
+    shifted = Target.create(
+        _log_exponential_and_correlated(), dim=3, initial_mean=[-float(np.euler_gamma), 1.5, -1.5],
+        initial_scale=[1.2825, 0.7, 0.7],
+    )
+    far = choose_tails(shifted, jax.random.key(0))
+    assert far.pareto_ks[0] > GAIN_MAX_K and far.h == 0.0, far
