@@ -101,6 +101,27 @@ def test_a_pilot_the_forecasts_doubt_is_not_the_answer(monkeypatch):
     assert answered.next is None and answered.state.chosen == 0
 
 
+def test_the_tail_margin_is_not_asked_of_a_pilot_that_is_the_answer(monkeypatch):
+    """An `ok` pilot within --max-se whose populations' k̂ (mean 0.39) give a final run's eight only a
+    small chance of all ≤ 0.5 is the answer (`settings.ANSWER_TAIL_MARGIN` off, the default): its own
+    verdict judged its tails, and the final run the margin forecasts is not made. The rule before
+    raised the effort; a pilot a final run follows (SE above --max-se) is still asked."""
+    monkeypatch.setattr(settings, "ANSWER_FROM_PILOT", True)
+    assert not settings.ANSWER_TAIL_MARGIN
+    first = pol.begin(_plan(), pol.Policy(max_se=0.1))
+    tails = {"pareto_k_populations": [0.42, 0.35, 0.4, 0.38]}
+    heavy = dataclasses.replace(_record("ok", 0.05), smc=(tails,))
+    answered = pol.decide(_ran(first, heavy), math.inf)
+    assert answered.next is None and answered.state.chosen == 0
+    assert answered.state.stages[0].decision == "pilot ok, SE 0.05 within --max-se 0.1: reported"
+    sized = pol.decide(_ran(first, dataclasses.replace(_record("ok", 0.2), smc=(tails,))), math.inf)
+    assert sized.next.role == "pilot" and "chance of all ≤ 0.5" in sized.state.stages[0].decision
+    monkeypatch.setattr(settings, "ANSWER_TAIL_MARGIN", True)
+    before = pol.decide(_ran(first, heavy), math.inf)
+    assert before.next.role == "pilot" and before.next.effort.target_ess > first.next.effort.target_ess
+    assert "chance of all ≤ 0.5" in before.state.stages[0].decision
+
+
 def test_a_pilot_with_stuck_weight_near_the_verdicts_threshold_is_not_the_answer(monkeypatch):
     """Funnel seed 19 (6c700d5): an `ok` pilot whose stuck particles carried 0.42 % of its weight,
     below the verdict's 0.5 % (`STUCK_WARN`), was reported 0.35 nats (7 SE) low. Above the policy's

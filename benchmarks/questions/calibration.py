@@ -340,6 +340,9 @@ def main(argv=None) -> None:
     rule.add_argument("--fresh-final", action="store_true",
                       help="the rule before: a fresh final run after every usable pilot "
                            "(ANSWER_FROM_PILOT off; the runs are in this process)")
+    parser.add_argument("--answer-tail-margin", action="store_true",
+                        help="the rule before 2026-12 (session 47): a pilot that is to be the answer is asked the "
+                             "tail margin too (mcd_cli.policy.settings.ANSWER_TAIL_MARGIN; the runs are in this process)")
     parser.add_argument("--tail-k", type=_tail_k, metavar="K|off",
                         help="adaptive tempering's steps keep the weights' Pareto k̂ at most K where it would "
                              "exceed --tail-trigger, or `off` (mcd_cli.smc.tempering.TAIL_K; the runs are in this process)")
@@ -385,6 +388,10 @@ def main(argv=None) -> None:
         from mcd_cli.policy import settings
 
         settings.ANSWER_FROM_PILOT = not args.fresh_final
+    if args.answer_tail_margin:
+        from mcd_cli.policy import settings
+
+        settings.ANSWER_TAIL_MARGIN = True
     if args.tail_k is not None or args.tail_trigger is not None:
         from mcd_cli.smc import tempering
 
@@ -399,6 +406,7 @@ def main(argv=None) -> None:
     if args.corpus:
         args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
     variant = " --answer-from-pilot" if args.answer_from_pilot else " --fresh-final" if args.fresh_final else ""
+    variant += " --answer-tail-margin" if args.answer_tail_margin else ""
     variant += f" --tail-k {args.tail_k}" if args.tail_k is not None else ""
     variant += f" --tail-trigger {args.tail_trigger}" if args.tail_trigger is not None else ""
     variant += f" --move-stop {args.move_stop}" if args.move_stop is not None else ""

@@ -129,17 +129,20 @@ def _after_pilot(state: State, left: float) -> Decision:
         return Decision(state.noted(f"pilot {status}: the target's gradient is not finite where its density is: reported"))
     if usable:  # an `ok` pilot must predict an `ok` final run, of the size it will have
         n, _ = final_samples(plan, effort, pilot.log_z_stderr, n_pilot, policy.max_se, size_cap)
-        more, doubt = predicts_ok(pilot, n_pilot, _fitted(state, effort, n, n_pilot, left), effort.population)
         answers = settings.ANSWER_FROM_PILOT and pilot.log_z_stderr is not None and pilot.log_z_stderr <= policy.max_se
+        # A pilot that is to be the answer has had its tails judged by its own verdict; the tail
+        # margin forecasts a final run's (settings.ANSWER_TAIL_MARGIN).
+        tails = settings.ANSWER_TAIL_MARGIN or not answers
+        more, doubt = predicts_ok(pilot, n_pilot, _fitted(state, effort, n, n_pilot, left), effort.population, tails=tails)
         if answers and not more:  # a pilot that is to be the answer: clear of the stuck threshold too
             more, doubt = stuck_near_threshold(pilot)
         if more:
             reasons, usable, status, doubted = reasons | more, False, f"ok, but {doubt}", True
         elif answers:
-            # Tuned as a final run is, a pilot that would have been accepted for a final run (`ok`,
-            # predicting an `ok` run of the final size) and is within --max-se answers the question:
-            # the forecasts keep the escalations of a fresh final run (funnel seed 8 at 33bb012: an
-            # `ok` pilot 0.41 low at SE 0.03, stationarity z −2.2, 3.1 at the final size).
+            # Tuned as a final run is, an `ok` pilot within --max-se whose stationarity predicts an
+            # `ok` run of the final size answers the question (funnel seed 8 at 33bb012: an `ok`
+            # pilot 0.41 low at SE 0.03, stationarity z −2.2, 3.1 at the final size); the tail
+            # margin, a forecast of the final run's populations, is not asked of it.
             state = dataclasses.replace(state, chosen=pilot_stage.index)
             return Decision(state.noted(f"pilot ok, SE {pilot.log_z_stderr:.3g} within --max-se {policy.max_se:g}: reported"))
         heavy = "pareto_k_warn" in more  # a tail time to spare may learn for, if this pilot is the last

@@ -111,7 +111,9 @@ def mixing_stalled(before: Any, after: Any) -> bool:
     return c1 > c0 ** (0.5 * (1 + _gradients(after.effort) / _gradients(before.effort)))
 
 
-def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: bool = True) -> tuple[set, str]:
+def predicts_ok(
+    pilot: Any, n_pilot: int, n_final: int, population: int, every: bool = True, tails: bool = True
+) -> tuple[set, str]:
     """Does an `ok` pilot predict an `ok` final run of `n_final` particles? `(codes, why)`: the
     reasons it does not (empty when it does) and a phrase saying so.
 
@@ -124,7 +126,8 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: 
     more (`stuck_near_threshold`). `every=False` asks the tails what the
     verdict asks (`mean_tail_pass_probability`) instead of the effort's stricter rule: for learned
     kernels, which have no conditional ESS to raise, and whose alternative is an adaptive final run
-    that fell short (`decide._after_learning`).
+    that fell short (`decide._after_learning`). `tails=False` asks the stationarity alone: for a pilot
+    that is to be the answer, whose own verdict judged its tails (`settings.ANSWER_TAIL_MARGIN`).
     """
     codes, why = set(), []
     drift = scaled_drift(pilot, n_pilot, n_final)
@@ -132,7 +135,7 @@ def predicts_ok(pilot: Any, n_pilot: int, n_final: int, population: int, every: 
         codes.add("not_at_equilibrium")
         why.append(f"its stationarity z at the final run's {n_final} particles would be {drift:.2g}")
     chance = tail_pass_probability if every else mean_tail_pass_probability
-    passing = chance(pilot, n_final // population, population)
+    passing = chance(pilot, n_final // population, population) if tails else None
     if passing is not None and passing < TAIL_PASS:
         codes.add("pareto_k_warn")
         which = "all" if every else "their mean"

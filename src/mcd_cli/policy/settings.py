@@ -39,6 +39,14 @@ MAX_POPULATION_FACTOR = 2  # populations grow (doubling) to this many times the 
 # the final run's stay at or below 0.5 with at least TAIL_PASS probability.
 DRIFT_MARGIN = 2.5
 TAIL_PASS = 0.8
+# Whether a pilot that is to be the answer (`ok`, SE within --max-se) is asked the tail margin too.
+# It forecasts the tails of a final run that, for such a pilot, is not made; the pilot's own verdict
+# has judged its tails. Measured on the calibration of 707f852 (540 runs; the same runs, both rules:
+# each record holds the pilot this rule reports), asking it sent 125 answering pilots on to more
+# stages, 112 of which ended `ok` & covering against 117 for the pilots themselves, and cost 30 % of
+# the time (docs/policy.md, "The margins"). True is the rule before (`calibration.py
+# --answer-tail-margin`).
+ANSWER_TAIL_MARGIN = False
 # An `ok` pilot that is to be the answer must also have its stuck particles (`smc.stationarity`)
 # carrying at most STUCK_MARGIN of its weight, half the verdict's `stats.smc.STUCK_WARN`: the share
 # is read from the few dozen particles in a neck, and funnel seed 19 (6c700d5) was answered by an
