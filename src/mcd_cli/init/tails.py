@@ -167,9 +167,9 @@ def _one_sided(target: Target, u: jax.Array, choice: TailChoice) -> TailChoice:
     # Above PARETO_K_WARN but at most GAIN_MAX_K the start fits the body and its weights' k̂ is set
     # by more than one side (a diagonal start's missed correlations): a side that fits better is
     # kept though no side alone bounds the weights.
-    gains = bound and k0 <= GAIN_MAX_K
+    gain_rule = bound and k0 <= GAIN_MAX_K
     if bound:
-        helps = ((ks < k0 - SIDE_K_DROP) & (elbos >= e0 - SIDE_LOSS)) | (gains & (elbos >= e0 + SIDE_GAIN))
+        helps = ((ks < k0 - SIDE_K_DROP) & (elbos >= e0 - SIDE_LOSS)) | (gain_rule & (elbos >= e0 + SIDE_GAIN))
     else:  # k̂ of weights this light moves by ±0.05 with the draws: not raised is enough to gain
         helps = ((ks <= k0) & (elbos >= e0 + SIDE_GAIN)) | ((ks < k0 - SIDE_K_DROP) & (elbos >= e0 - BAND_LOSS))
     if not helps.any():
@@ -177,7 +177,7 @@ def _one_sided(target: Target, u: jax.Array, choice: TailChoice) -> TailChoice:
 
     def keeps(elbo: float, k: float) -> bool:
         if bound:
-            return (k <= PARETO_K_WARN and elbo >= e0 - TAIL_LOSS) or (gains and elbo >= e0 + SIDE_GAIN)
+            return (k <= PARETO_K_WARN and elbo >= e0 - TAIL_LOSS) or (gain_rule and elbo >= e0 + SIDE_GAIN)
         return (k <= k0 and elbo >= e0 + SIDE_GAIN) or (k < k0 - SIDE_K_DROP and elbo >= e0 - BAND_LOSS)
 
     def name(i: int) -> str:
@@ -188,7 +188,7 @@ def _one_sided(target: Target, u: jax.Array, choice: TailChoice) -> TailChoice:
     if keeps(elbo, k):
         return choice._replace(h=h0, sides=tuple(name(i) for i in np.flatnonzero(helps)), sides_elbo=elbo, sides_k=k)
     better = elbos >= e0 + SIDE_GAIN  # those of the sides that fit better, where the others cost
-    if gains and better.any() and (better != helps).any():
+    if gain_rule and better.any() and (better != helps).any():
         elbo_b, k_b = (float(v[0]) for v in _measure(target, u, upper[better].sum(0)[None], lower[better].sum(0)[None]))
         if keeps(elbo_b, k_b):
             return choice._replace(h=h0, sides=tuple(name(i) for i in np.flatnonzero(better)), sides_elbo=elbo_b, sides_k=k_b)
