@@ -306,6 +306,64 @@ def test_dense_hmc_moves_leave_a_correlated_gaussian_invariant():
     np.testing.assert_allclose(states.target_grad, grad, rtol=1e-5, atol=1e-4)
 
 
+def test_hmc_step_size_jitter_is_uniform_or_log_uniform_on_its_range(monkeypatch):
+    """Each move's step-size factor `u` is uniform on [0.5, 1.5] by default, and log-uniform on
+    [JITTER_LOW, JITTER_HIGH] when JITTER_LOW is set (KS tests at a fixed seed, and the bounds)."""
+    from scipy import stats as sps
+
+    keys = jax.random.split(jax.random.key(0), 20000)
+    draw = jax.jit(jax.vmap(lambda k: hmc.jitter(k, jnp.float32)))
+    assert hmc.JITTER_LOW is None
+    u = np.asarray(draw(keys), np.float64)
+    assert u.min() >= 0.5 and u.max() <= 1.5
+    assert sps.kstest(u, sps.uniform(0.5, 1.0).cdf).pvalue > 0.01
+    assert sps.kstest(u, sps.uniform(0.45, 1.1).cdf).pvalue < 1e-6  # the test can tell a wrong range
+    monkeypatch.setattr(hmc, "JITTER_LOW", 0.1)
+    low, high = 0.1, hmc.JITTER_HIGH
+    u = np.asarray(jax.vmap(lambda k: hmc.jitter(k, jnp.float32))(keys), np.float64)
+    assert u.min() >= low * (1 - 1e-6) and u.max() <= high * (1 + 1e-6)
+    assert sps.kstest(np.log(u), sps.uniform(np.log(low), np.log(high / low)).cdf).pvalue > 0.01
+
+
+def test_hmc_jitter_moves_particles_in_a_funnels_neck(monkeypatch):
+    """Exact draws of a 2-d funnel (v ~ N(0, 1.5²), x | v ~ N(0, e^v)) at a step size suited to its
+    body: the particles deep in the neck (v < −3, x's scale below 0.22) are moved by the log-uniform
+    jitter's small steps (JITTER_LOW 0.1) and hardly by the default's (acceptance in the neck over 5 moves,
+    fixed seed; the old rule's is below a third of the new one's). The exact draws stay the funnel's
+    (v's mean and variance within 4 SE) under both."""
+    num, moves = 20000, 5
+    evaluate = jax.value_and_grad(lambda z: norm.logpdf(z[0], 0.0, 1.5) + norm.logpdf(z[1], 0.0, jnp.exp(0.5 * z[0])))
+    params = RefineParams(jnp.asarray(1.2), jnp.ones(2))
+    path = AnnealedPath(jnp.zeros(1), jnp.array([0.0, 1.0]), jnp.zeros(2), jnp.ones(2))
+
+    def run():
+        @jax.jit
+        def chain(key):
+            k0, k1, k2 = jax.random.split(key, 3)
+            v = 1.5 * jax.random.normal(k0, (num,))
+            z = jnp.stack([v, jnp.exp(0.5 * v) * jax.random.normal(k1, (num,))], 1)
+            value, grad = jax.vmap(evaluate)(z)
+            neck = v < -3.0
+
+            def one(states, k):
+                keys = jax.random.split(k, num)
+                states, acc = jax.vmap(lambda kk, s: hmc.step(kk, s, 1.0, path, evaluate, params, 3))(keys, states)
+                return states, jnp.sum(acc * neck) / jnp.sum(neck)
+
+            return jax.lax.scan(one, ULAState(z, value, grad), jax.random.split(k2, moves))
+
+        states, acc = chain(jax.random.key(5))
+        v = np.asarray(states.position[:, 0], np.float64)
+        assert abs(v.mean()) < 4 * 1.5 / math.sqrt(num)
+        assert abs(v.var(ddof=1) / 1.5**2 - 1.0) < 4 * math.sqrt(2.0 / (num - 1))
+        return float(np.mean(acc))
+
+    old = run()
+    monkeypatch.setattr(hmc, "JITTER_LOW", 0.1)
+    new = run()
+    assert new > 0.1 and old < new / 3, (new, old)
+
+
 def test_adaptive_hmc_refinement_uses_the_dense_preconditioner_when_the_population_allows():
     """`uses_dense`: adaptive schedule, HMC, at least DENSE_PER_DIM particles per dimension; the
     population keeps the variance as its preconditioner, and the factor is the covariance's."""

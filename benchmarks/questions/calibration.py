@@ -325,6 +325,16 @@ def _tail_k(text: str):
     return "off" if text == "off" else float(text)
 
 
+def _hmc_jitter(text: str):
+    """`--hmc-jitter`'s value: the log-uniform jitter's lower end in (0, 1.5), or `uniform`."""
+    if text == "uniform":
+        return text
+    low = float(text)
+    if not 0 < low < 1.5:
+        raise argparse.ArgumentTypeError(f"{text}: the lower end must be in (0, 1.5)")
+    return low
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
@@ -353,6 +363,10 @@ def main(argv=None) -> None:
                         help="moves by measurement: adaptive tempering stops moving at a temperature once every "
                              "coordinate's correlation with its value before the moves is at most RHO "
                              "(mcd_cli.smc.adaptation.MOVE_STOP; the runs are in this process)")
+    parser.add_argument("--hmc-jitter", type=_hmc_jitter, metavar="LOW|uniform",
+                        help="the HMC moves' step-size jitter: log-uniform on [LOW, 1.5], or `uniform` for the rule "
+                             "before 2026-12 (session 48), uniform on [0.5, 1.5] (mcd_cli.kernels.hmc.JITTER_LOW; "
+                             "the runs are in this process)")
     parser.add_argument("--cache", type=Path, metavar="DIR",
                         help="the runs' compilation cache folder (MCD_CACHE_DIR); give each of two studies run "
                              "at once its own, or the first to need a program compiles it for both and the wall "
@@ -403,6 +417,10 @@ def main(argv=None) -> None:
         from mcd_cli.smc import adaptation
 
         adaptation.MOVE_STOP = args.move_stop
+    if args.hmc_jitter is not None:
+        from mcd_cli.kernels import hmc
+
+        hmc.JITTER_LOW = None if args.hmc_jitter == "uniform" else args.hmc_jitter
     if args.corpus:
         args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
     variant = " --answer-from-pilot" if args.answer_from_pilot else " --fresh-final" if args.fresh_final else ""
@@ -410,6 +428,7 @@ def main(argv=None) -> None:
     variant += f" --tail-k {args.tail_k}" if args.tail_k is not None else ""
     variant += f" --tail-trigger {args.tail_trigger}" if args.tail_trigger is not None else ""
     variant += f" --move-stop {args.move_stop}" if args.move_stop is not None else ""
+    variant += f" --hmc-jitter {args.hmc_jitter}" if args.hmc_jitter is not None else ""
     out = ResultFile(args.output, "calibration", {"extra": " ".join(args.extra) + variant})
     for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: a partial study covers every target
         for target in args.targets:

@@ -5,7 +5,11 @@ particles' variance), `L` leapfrog steps of size `ε` on `H(x, p) = −log γ_k(
 a Metropolis test on `H`. The step size of each move is jittered, `ε · u` with `u ~ U(0.5, 1.5)`
 drawn independently of the state (a mixture of invariant kernels is invariant): with a well-fitted
 preconditioner a fixed `εL` near a multiple of the Gaussian period 2π would bring every particle
-back to where it started. `L` target gradients per move; the value and gradient at the current
+back to where it started. `JITTER_LOW` = a makes `u` log-uniform on [a, 1.5] instead, whose small
+steps move particles in a narrow region (a funnel's neck) where the body's step size is refused: 9
+times the acceptance in a 2-d funnel's neck (tests/test_smc.py), but on brownian_motion, whose
+observation scale has a neck, no change in the error over 35 seeds, so it is off (docs/method.md,
+"The step-size jitter"). `L` target gradients per move; the value and gradient at the current
 point are cached in the particle's state. Its incremental importance weight is 1.
 
 A dense preconditioner (`RefineParams.inv_mass` of shape (d, d): the lower Cholesky factor `F` of
@@ -22,12 +26,24 @@ from mcd_cli.kernels.base import AnnealedPath, Evaluate, RefineKernel, RefinePar
 from mcd_cli.kernels.mala import accept
 from mcd_cli.kernels.uha import leapfrog as leapfrog_step
 
+# The step-size jitter: None, `u` uniform on [0.5, 1.5] (the default); a number a, `u` log-uniform
+# on [a, JITTER_HIGH] (measured, not kept: docs/method.md; `calibration.py --hmc-jitter a`).
+JITTER_LOW: float | None = None
+JITTER_HIGH = 1.5
+
+
+def jitter(key, dtype):
+    """The factor `u` of one move's step size `ε · u`, drawn independently of the state."""
+    if JITTER_LOW is None:
+        return jax.random.uniform(key, (), dtype, 0.5, 1.5)
+    return jnp.exp(jax.random.uniform(key, (), dtype, jnp.log(JITTER_LOW), jnp.log(JITTER_HIGH)))
+
 
 def step(key, state, beta, path: AnnealedPath, evaluate: Evaluate, params: RefineParams, leapfrog: int):
     """One HMC move (`leapfrog` steps) of one particle at `beta`: `(state, acceptance probability)`."""
     key_p, key_u, key_eps = jax.random.split(key, 3)
     x, c = state.position, params.inv_mass
-    eps = params.step_size * jax.random.uniform(key_eps, (), x.dtype, 0.5, 1.5)
+    eps = params.step_size * jitter(key_eps, x.dtype)
     if c.ndim == 2:
         return _dense_step(key_p, key_u, state, beta, path, evaluate, c, eps, leapfrog)
     p0 = jax.random.normal(key_p, x.shape, x.dtype) / jnp.sqrt(c)
