@@ -318,7 +318,7 @@ def test_hmc_step_size_jitter_is_uniform_or_log_uniform_on_its_range(monkeypatch
     assert u.min() >= 0.5 and u.max() <= 1.5
     assert sps.kstest(u, sps.uniform(0.5, 1.0).cdf).pvalue > 0.01
     assert sps.kstest(u, sps.uniform(0.45, 1.1).cdf).pvalue < 1e-6  # the test can tell a wrong range
-    monkeypatch.setattr(hmc, "JITTER_LOW", 0.1)
+    monkeypatch.setattr(hmc, "JITTER_LOW", 0.1)  # read when traced: a fresh trace, not `draw`
     low, high = 0.1, hmc.JITTER_HIGH
     u = np.asarray(jax.vmap(lambda k: hmc.jitter(k, jnp.float32))(keys), np.float64)
     assert u.min() >= low * (1 - 1e-6) and u.max() <= high * (1 + 1e-6)
@@ -329,7 +329,7 @@ def test_hmc_jitter_moves_particles_in_a_funnels_neck(monkeypatch):
     """Exact draws of a 2-d funnel (v ~ N(0, 1.5²), x | v ~ N(0, e^v)) at a step size suited to its
     body: the particles deep in the neck (v < −3, x's scale below 0.22) are moved by the log-uniform
     jitter's small steps (JITTER_LOW 0.1) and hardly by the default's (acceptance in the neck over 5 moves,
-    fixed seed; the old rule's is below a third of the new one's). The exact draws stay the funnel's
+    fixed seed; the default's is below a third of the log-uniform one's). The exact draws stay the funnel's
     (v's mean and variance within 4 SE) under both."""
     num, moves = 20000, 5
     evaluate = jax.value_and_grad(lambda z: norm.logpdf(z[0], 0.0, 1.5) + norm.logpdf(z[1], 0.0, jnp.exp(0.5 * z[0])))

@@ -326,9 +326,7 @@ def _tail_k(text: str):
 
 
 def _hmc_jitter(text: str):
-    """`--hmc-jitter`'s value: the log-uniform jitter's lower end in (0, 1.5), or `uniform`."""
-    if text == "uniform":
-        return text
+    """`--hmc-jitter`'s value: the log-uniform jitter's lower end, in (0, 1.5)."""
     low = float(text)
     if not 0 < low < 1.5:
         raise argparse.ArgumentTypeError(f"{text}: the lower end must be in (0, 1.5)")
@@ -363,10 +361,10 @@ def main(argv=None) -> None:
                         help="moves by measurement: adaptive tempering stops moving at a temperature once every "
                              "coordinate's correlation with its value before the moves is at most RHO "
                              "(mcd_cli.smc.adaptation.MOVE_STOP; the runs are in this process)")
-    parser.add_argument("--hmc-jitter", type=_hmc_jitter, metavar="LOW|uniform",
-                        help="the HMC moves' step-size jitter: log-uniform on [LOW, 1.5], or `uniform` for the rule "
-                             "before 2026-12 (session 48), uniform on [0.5, 1.5] (mcd_cli.kernels.hmc.JITTER_LOW; "
-                             "the runs are in this process)")
+    parser.add_argument("--hmc-jitter", type=_hmc_jitter, metavar="LOW",
+                        help="the HMC moves' step-size jitter log-uniform on [LOW, 1.5] instead of the default's "
+                             "uniform on [0.5, 1.5] (mcd_cli.kernels.hmc.JITTER_LOW; measured, not kept; the runs "
+                             "are in this process)")
     parser.add_argument("--cache", type=Path, metavar="DIR",
                         help="the runs' compilation cache folder (MCD_CACHE_DIR); give each of two studies run "
                              "at once its own, or the first to need a program compiles it for both and the wall "
@@ -420,7 +418,7 @@ def main(argv=None) -> None:
     if args.hmc_jitter is not None:
         from mcd_cli.kernels import hmc
 
-        hmc.JITTER_LOW = None if args.hmc_jitter == "uniform" else args.hmc_jitter
+        hmc.JITTER_LOW = args.hmc_jitter
     if args.corpus:
         args.targets = [*(args.targets if args.corpus == "also" else []), *CORPUS]
     variant = " --answer-from-pilot" if args.answer_from_pilot else " --fresh-final" if args.fresh_final else ""

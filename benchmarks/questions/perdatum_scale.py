@@ -35,22 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from common import REPO, RESULTS, command_line, log, machine, write_json  # noqa: E402
+from perdatum_memory import TARGET as LINEAR  # the same linear-Gaussian model, z ∈ R², x ∈ R³
 
-LINEAR = """
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.scipy.stats import multivariate_normal, norm
-
-    W = np.array([[1.0, 0.5], [-0.3, 2.0], [0.7, -1.0]], dtype=np.float32)
-    dim = 2
-
-    def log_density(z, x):
-        return jnp.sum(norm.logpdf(z)) + jnp.sum(norm.logpdf(x, W @ z, 0.5))
-
-    def log_z(x):
-        return multivariate_normal.logpdf(x, jnp.zeros(3), W @ W.T + 0.25 * jnp.eye(3))
-"""
-W = np.array([[1.0, 0.5], [-0.3, 2.0], [0.7, -1.0]])
+W = np.array([[1.0, 0.5], [-0.3, 2.0], [0.7, -1.0]])  # perdatum_memory.TARGET's, for the exact log p(x) in float64
 LINEAR_DATA = 1000
 
 
@@ -69,7 +56,7 @@ def linear_files(folder: Path) -> tuple[Path, Path]:
 def linear_log_z(x: np.ndarray) -> np.ndarray:
     """Exact log p(x) of the linear-Gaussian model, x ~ N(0, W Wᵀ + 0.25 I), in float64."""
     cov = W @ W.T + 0.25 * np.eye(3)
-    sign, logdet = np.linalg.slogdet(cov)
+    _, logdet = np.linalg.slogdet(cov)
     quad = np.einsum("ni,ij,nj->n", x, np.linalg.inv(cov), x)
     return -0.5 * (quad + logdet + 3 * np.log(2 * np.pi))
 
